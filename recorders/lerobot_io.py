@@ -1,0 +1,117 @@
+"""Writing LeRobot v3.0 datasets: feature specs, and a folder that appears only when complete.
+
+Both `rpent-collect` (live expert episodes) and `rpent-flywheel` (recorded trajectories) write
+through here, so every RPent dataset uses the same feature names: the env's observation keys
+(`image`, `wrist_image`, `state`, ...) plus `actions`, with the instruction as the frame's task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ACTION_KEY = "actions"
+IMAGE_NAMES = ["height", "width", "channel"]
+
+
+def is_image(value: np.ndarray) -> bool:
+    """True for an HxWx3 uint8 array, the image convention of DESIGN.md §2."""
+    return value.dtype == np.uint8 and value.ndim == 3 and value.shape[-1] == 3
+
+
+def dataset_features(
+    observation: Mapping[str, np.ndarray], action_dim: int, use_videos: bool
+) -> dict[str, dict[str, Any]]:
+    """LeRobot feature spec for frames built from one observation and an action.
+
+    Args:
+        observation: One raw observation (flat dict of arrays); images are HxWx3 uint8.
+        action_dim: Length of the action vector.
+        use_videos: Store images as MP4 videos (True) or as PNG files (False).
+
+    Returns:
+        The `features` argument of `LeRobotDataset.create`.
+    """
+    features: dict[str, dict[str, Any]] = {}
+    for key, value in observation.items():
+        value = np.asarray(value)
+        if is_image(value):
+            dtype = "video" if use_videos else "image"
+            features[key] = {"dtype": dtype, "shape": value.shape, "names": IMAGE_NAMES}
+        elif value.dtype.kind == "f" and value.ndim == 1:
+            features[key] = {"dtype": "float32", "shape": value.shape, "names": None}
+        else:
+            raise ValueError(
+                f"observation[{key!r}] has dtype {value.dtype} and shape {value.shape}; a dataset"
+                " frame takes HxWx3 uint8 images and 1-D float vectors"
+            )
+    features[ACTION_KEY] = {"dtype": "float32", "shape": (action_dim,), "names": None}
+    return features
+
+
+@contextlib.contextmanager
+def staged_output_dir(output_dir: Path) -> Iterator[Path]:
+    """Yield a temporary sibling path of `output_dir`, renamed to it when the block succeeds.
+
+    The block creates the yielded folder (LeRobot insists on creating a dataset root itself).
+    A crash leaves no half-written `output_dir` that looks complete: the temporary sibling
+    (hidden, named after the target) is removed on failure.
+
+    Raises:
+        FileExistsError: When `output_dir` already exists (it is never overwritten).
+    """
+    output_dir = Path(output_dir)
+    if output_dir.exists():
+        raise FileExistsError(
+            f"output dir {output_dir} already exists; choose a new path or remove it first"
+        )
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = output_dir.parent / f".{output_dir.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    staging.rename(output_dir)
+
+
+def create_dataset(
+    root: Path,
+    fps: int,
+    features: dict[str, dict[str, Any]],
+    robot_type: str,
+    dataset_name: str,
+    image_writer_threads: int = 0,
+):
+    """Create an empty LeRobot v3.0 dataset at `root` (which must not exist yet).
+
+    Args:
+        root: Dataset folder.
+        fps: Frames per second of the recording.
+        features: Feature spec from `dataset_features`.
+        robot_type: Robot name stored in the dataset metadata.
+        dataset_name: Name in the dataset's `repo_id` ("local/<name>"); nothing is uploaded.
+        image_writer_threads: Background threads writing images (0: in the caller's thread).
+
+    Returns:
+        A `LeRobotDataset` in write mode; call `finalize()` when done.
+    """
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    use_videos = any(spec["dtype"] == "video" for spec in features.values())
+    return LeRobotDataset.create(
+        repo_id=f"local/{dataset_name}",
+        fps=fps,
+        features=features,
+        root=root,
+        robot_type=robot_type,
+        use_videos=use_videos,
+        image_writer_threads=image_writer_threads,
+    )

@@ -1,0 +1,1 @@
+"""RPent package."""

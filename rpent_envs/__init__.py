@@ -1,0 +1,14 @@
+"""RPent environments: importing this package registers every `RPent/...` id with Gymnasium.
+
+The import is light: simulators load only when an env is made.
+"""
+
+import gymnasium as gym
+
+PEG_INSERTION_ID = "RPent/PegInsertionSideWideClearance-v1"
+
+gym.register(
+    id=PEG_INSERTION_ID,
+    entry_point="rpent_envs.maniskill.peg_env:PegInsertionEnv",
+    max_episode_steps=500,
+)

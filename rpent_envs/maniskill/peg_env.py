@@ -1,0 +1,194 @@
+"""`RPent/PegInsertionSideWideClearance-v1`: one ManiSkill peg-insertion env as plain Gymnasium.
+
+ManiSkill returns batched torch tensors even for one CPU env; this adapter returns unbatched
+numpy in the flat Dict convention of DESIGN.md §2 so that Gymnasium's and SB3's checkers pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTION = "insert the peg in the hole"
+ACTION_DIM = 8
+STATE_DIM = 9
+CONTROL_MODE = "pd_joint_delta_pos"
+ObsMode = Literal["rgb", "state"]
+RenderBackend = Literal["auto", "cpu", "gpu"]
+
+
+def resolve_render_backend(render_backend: RenderBackend) -> str:
+    """Pick SAPIEN's render device: "gpu" with an NVIDIA GPU, else "cpu" (lavapipe).
+
+    Args:
+        render_backend: "auto", "cpu" or "gpu".
+
+    Returns:
+        "cpu" or "gpu".
+    """
+    if render_backend != "auto":
+        return render_backend
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy()[0] if hasattr(value, "detach") else np.asarray(value)[0]
+
+
+class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
+    """ManiSkill peg insertion with a wide hole, joint-delta control, as an unbatched Gymnasium env.
+
+    Observation (Dict): `image` (third-person camera) and `wrist_image` (hand camera), uint8
+    HxWx3, only with `obs_mode="rgb"`; `state`, float32 (9,) = arm and finger joint positions.
+    Action: float32 (8,) in [-1, 1] = 7 joint deltas (x 0.1 rad) and the gripper target
+    (-1 closed, 1 open). Reward: 1.0 on success, else 0.0; the episode terminates on success.
+
+    Info keys: `success` / `is_success` (bool), `is_grasped` (bool, the gripper holds the peg
+    within 20 deg of the closing direction), `peg_head_pos_at_hole` (float32 (3,), peg head in
+    the hole frame, x along the hole axis, 0 at the box centre), `hole_radius` (float, m),
+    `task` (the instruction) and `episode_seed` (int, the seed that replays the episode).
+
+    Example:
+        >>> import gymnasium as gym, rpent_envs
+        >>> env = gym.make("RPent/PegInsertionSideWideClearance-v1", obs_mode="state")
+        >>> obs, info = env.reset(seed=0)
+        >>> obs["state"].shape, info["success"]
+        ((9,), False)
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        obs_mode: ObsMode = "rgb",
+        image_size: int = 128,
+        render_mode: str | None = None,
+        render_backend: RenderBackend = "auto",
+        show_wrist_mount: bool = False,
+    ) -> None:
+        """Build the ManiSkill scene (CPU physics).
+
+        Args:
+            obs_mode: "rgb" for both camera images and the state, "state" for the state only.
+            image_size: Height and width of both camera images, in pixels.
+            render_mode: None or "rgb_array" (a 512x512 third-person view).
+            render_backend: SAPIEN render device; "auto" picks "gpu" with CUDA, else "cpu".
+            show_wrist_mount: Render the wrist camera's mount mesh (hidden by default).
+        """
+        if obs_mode not in ("rgb", "state"):
+            raise ValueError(f"obs_mode={obs_mode!r}: use 'rgb' or 'state'")
+        if image_size < 16:
+            raise ValueError(f"image_size={image_size}: use at least 16 pixels")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r}: use None or 'rgb_array'")
+        from rpent_envs.maniskill.task import PegInsertionSideWideClearanceEnv
+
+        self.obs_mode = obs_mode
+        self.render_mode = render_mode
+        self.task_description = INSTRUCTION
+        self._sim = PegInsertionSideWideClearanceEnv(
+            obs_mode="rgb" if obs_mode == "rgb" else "state_dict",
+            control_mode=CONTROL_MODE,
+            reward_mode="sparse",
+            render_mode="rgb_array" if render_mode else None,
+            sim_backend="physx_cpu",
+            render_backend=resolve_render_backend(render_backend),
+            sensor_configs=dict(width=image_size, height=image_size),
+            show_wrist_mount=show_wrist_mount,
+        )
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
+        spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)}
+        if obs_mode == "rgb":
+            image_space = gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
+            spaces = {"image": image_space, "wrist_image": image_space, **spaces}
+        self.observation_space = gym.spaces.Dict(spaces)
+        self.episode_seed: int | None = None
+
+    @property
+    def maniskill_env(self) -> Any:
+        """The underlying batched ManiSkill env (one CPU sub-env), for privileged access."""
+        return self._sim
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Start an episode; an unseeded reset draws its episode seed from `np_random`."""
+        super().reset(seed=seed)
+        self.episode_seed = (
+            int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
+        )
+        raw_obs, raw_info = self._sim.reset(seed=self.episode_seed, options=options)
+        return self._observation(raw_obs), self._info(raw_info)
+
+    def step(
+        self, action: np.ndarray
+    ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        """Apply one joint-delta action for one 0.1 s control step."""
+        action = np.asarray(action, dtype=np.float32)
+        if action.shape != (ACTION_DIM,):
+            raise ValueError(f"action has shape {action.shape}; expected ({ACTION_DIM},)")
+        if not np.all(np.isfinite(action)):
+            raise ValueError(f"action contains NaN or inf: {action}; send finite values")
+        import torch
+
+        raw_obs, _, _, _, raw_info = self._sim.step(torch.from_numpy(action)[None])
+        info = self._info(raw_info)
+        return self._observation(raw_obs), float(info["success"]), info["success"], False, info
+
+    def render(self) -> np.ndarray | None:
+        """Return the 512x512 third-person RGB view when `render_mode="rgb_array"`."""
+        if self.render_mode is None:
+            return None
+        return _to_numpy(self._sim.render())
+
+    def close(self) -> None:
+        """Release the SAPIEN scene."""
+        self._sim.close()
+
+    def privileged_state(self) -> dict[str, np.ndarray]:
+        """Simulator state a scripted expert may read (never given to a learning policy).
+
+        Returns:
+            Poses as 7-vectors (position, quaternion wxyz) in the world frame: `tcp_pose`,
+            `peg_pose`, `hole_pose` (x along the hole axis) and `goal_peg_pose` (where the peg
+            sits when inserted); `peg_half_size` (3,), `hole_radius` (1,), `qpos` (9,),
+            `is_grasped` (bool array of shape ()).
+        """
+        sim = self._sim
+        return {
+            "tcp_pose": _to_numpy(sim.agent.tcp.pose.raw_pose).astype(np.float64),
+            "peg_pose": _to_numpy(sim.peg.pose.raw_pose).astype(np.float64),
+            "hole_pose": _to_numpy(sim.box_hole_pose.raw_pose).astype(np.float64),
+            "goal_peg_pose": _to_numpy(sim.goal_pose.raw_pose).astype(np.float64),
+            "peg_half_size": _to_numpy(sim.peg_half_sizes).astype(np.float64),
+            "hole_radius": np.atleast_1d(_to_numpy(sim.box_hole_radii)).astype(np.float64),
+            "qpos": _to_numpy(sim.agent.robot.get_qpos()).astype(np.float64),
+            "is_grasped": _to_numpy(sim.agent.is_grasping(sim.peg, max_angle=20)).astype(bool),
+        }
+
+    def _observation(self, raw_obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        obs = {"state": _to_numpy(raw_obs["agent"]["qpos"])[:STATE_DIM].astype(np.float32)}
+        if self.obs_mode == "rgb":
+            sensors = raw_obs["sensor_data"]
+            obs["image"] = _to_numpy(sensors["base_camera"]["rgb"])
+            obs["wrist_image"] = _to_numpy(sensors["hand_camera"]["rgb"])
+        return obs
+
+    def _info(self, raw_info: dict[str, Any]) -> dict[str, Any]:
+        success = bool(_to_numpy(raw_info["success"]))
+        return {
+            "success": success,
+            "is_success": success,
+            "is_grasped": bool(_to_numpy(raw_info["is_grasped"])),
+            "peg_head_pos_at_hole": _to_numpy(raw_info["peg_head_pos_at_hole"]).astype(np.float32),
+            "hole_radius": float(_to_numpy(raw_info["hole_radius"])),
+            "task": self.task_description,
+            "episode_seed": self.episode_seed,
+        }

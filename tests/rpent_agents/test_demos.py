@@ -1,0 +1,59 @@
+"""`rpent-collect`: expert episodes of the real peg env into a LeRobot dataset that reloads."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+from rpent_agents.demos import COLLECT_MANIFEST, CollectArgs, collect_peg_demos
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("collect") / "peg_demos"
+    report = collect_peg_demos(
+        CollectArgs(output_dir=output_dir, num_episodes=2, seed=10, image_size=32)
+    )
+    return output_dir, report
+
+
+def test_dataset_reloads_with_expected_features(collected):
+    output_dir, report = collected
+    dataset = LeRobotDataset("local/peg_demos", root=output_dir)
+    assert dataset.meta.info["codebase_version"] == "v3.0"
+    assert dataset.fps == 10 and dataset.num_episodes == 2
+    assert len(dataset) == report.frames
+    frame = dataset[0]
+    assert frame["image"].shape == (3, 32, 32) and frame["wrist_image"].shape == (3, 32, 32)
+    assert frame["state"].shape == (9,) and frame["actions"].shape == (8,)
+    assert frame["task"] == "insert the peg in the hole"
+    assert dataset.meta.robot_type == "panda"
+    last = dataset[len(dataset) - 1]
+    assert last["episode_index"] == 1
+    np.testing.assert_allclose(frame["state"][7:].numpy(), 0.04, atol=1e-5)
+
+
+def test_manifest_lists_the_seeds_to_replay(collected):
+    output_dir, report = collected
+    manifest = json.loads((output_dir / COLLECT_MANIFEST).read_text())
+    assert manifest["seeds_kept"] == report.seeds_kept == [10, 11]
+    assert manifest["env_id"] == "RPent/PegInsertionSideWideClearance-v1"
+    assert manifest["env_kwargs"] == {"obs_mode": "rgb", "image_size": 32}
+    assert not (output_dir / "images").exists()
+    assert not list(output_dir.parent.glob(".peg_demos.partial-*"))
+
+
+def test_cli_refuses_an_existing_output_dir(collected):
+    output_dir, _ = collected
+    before = sorted(p.name for p in output_dir.rglob("*"))
+    result = subprocess.run(
+        [sys.executable, "-m", "rpent_agents.demos", "--output-dir", str(output_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert "already exists" in result.stderr and str(output_dir) in result.stderr
+    assert sorted(p.name for p in output_dir.rglob("*")) == before
