@@ -1,0 +1,102 @@
+"""Where each executed action came from: the provenance channel between deciders and recorder.
+
+Code that decides actions (a planner loop, a VLA tool, the policy-switch wrapper, a teleop
+script) reports to a `ProvenanceLog` and never needs to know whether anything records: it asks
+`provenance_of(env)`, which returns the log of the `RecordTrajectory` wrapper in the env's stack,
+or a `NullProvenance` that drops everything when no recorder is there.
+
+The log labels actions *before* they execute: `set_action_source` says who drives from now on;
+each executed action is recorded with the current label and, for VLA actions, its index within
+the prediction advances by one per executed action. Predicted actions that never execute are
+never written, because only executed actions are recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import gymnasium as gym
+
+ActionSource = Literal["vla", "scripted", "actor", "expert", "human"]
+ACTION_SOURCES: tuple[str, ...] = ("vla", "scripted", "actor", "expert", "human")
+PROVENANCE_ATTR = "provenance"
+
+
+@runtime_checkable
+class ProvenanceLog(Protocol):
+    """What a recorder offers to code that decides actions."""
+
+    def model_request(self, model: str, messages: Any) -> str:
+        """Log a request to a planner model; returns its request id."""
+        ...
+
+    def model_reply(self, request_id: str, content: Any) -> None:
+        """Log the model's reply to `request_id`."""
+        ...
+
+    def tool_call(self, name: str, arguments: dict[str, Any], request_id: str | None = None) -> str:
+        """Log a tool call (optionally made by reply `request_id`); returns its call id."""
+        ...
+
+    def tool_result(self, call_id: str, result: Any) -> None:
+        """Log what tool call `call_id` returned."""
+        ...
+
+    def vla_prediction(self, call_id: str | None, instruction: str, model: str) -> str:
+        """Log a VLA prediction made inside tool call `call_id`; returns its prediction id."""
+        ...
+
+    def set_action_source(
+        self,
+        source: ActionSource,
+        call_id: str | None = None,
+        prediction_id: str | None = None,
+        start_index: int = 0,
+    ) -> None:
+        """Label the actions executed from now on (until the next call)."""
+        ...
+
+
+class NullProvenance:
+    """A `ProvenanceLog` that records nothing (no recorder in the stack)."""
+
+    def model_request(self, model: str, messages: Any) -> str:  # noqa: D102
+        return ""
+
+    def model_reply(self, request_id: str, content: Any) -> None:  # noqa: D102
+        return None
+
+    def tool_call(  # noqa: D102
+        self, name: str, arguments: dict[str, Any], request_id: str | None = None
+    ) -> str:
+        return ""
+
+    def tool_result(self, call_id: str, result: Any) -> None:  # noqa: D102
+        return None
+
+    def vla_prediction(self, call_id: str | None, instruction: str, model: str) -> str:  # noqa: D102
+        return ""
+
+    def set_action_source(  # noqa: D102
+        self,
+        source: ActionSource,
+        call_id: str | None = None,
+        prediction_id: str | None = None,
+        start_index: int = 0,
+    ) -> None:
+        return None
+
+
+def provenance_of(env: gym.Env) -> ProvenanceLog:
+    """The provenance log of the recorder in `env`'s wrapper stack, or a no-op log.
+
+    Args:
+        env: Any env or wrapper stack.
+
+    Returns:
+        The `provenance` attribute of the nearest wrapper that has one, else `NullProvenance()`.
+    """
+    try:
+        return env.get_wrapper_attr(PROVENANCE_ATTR)
+    except AttributeError:
+        return NullProvenance()
