@@ -12,3 +12,12 @@ gym.register(
     entry_point="rpent_envs.maniskill.peg_env:PegInsertionEnv",
     max_episode_steps=500,
 )
+
+FRANKA_ID = "RPent/Franka-v0"
+
+gym.register(
+    id=FRANKA_ID,
+    entry_point="rpent_envs.franka.env:FrankaEnv",
+    max_episode_steps=300,
+    nondeterministic=True,  # a real arm: the same seed does not replay the same episode
+)

@@ -1,0 +1,104 @@
+"""A kinematic in-process Franka for logic tests and dry runs: no network, no dynamics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rpent_envs.franka.backend import FrankaConnectionError, FrankaControlError, RobotSnapshot
+from rpent_envs.franka.pose import Pose
+
+# franky-sim's FR3 at its initial joint positions: TCP 0.554 m ahead, 0.521 m up, pointing down.
+HOME_POSE = Pose.from_rpy([0.554, 0.0, 0.521], [np.pi, 0.0, 0.0])
+GRIPPER_MAX_WIDTH_M = 0.08
+
+
+class MemoryFrankaBackend:
+    """A Franka whose TCP and gripper reach every command at once.
+
+    It keeps every commanded pose (`commanded_poses`) so tests and dry runs can inspect what a
+    real arm would have been sent, and has two fault switches that behave like the real faults:
+    `inject_control_error` (the next motion check raises, as after a reflex, until `recover`)
+    and `drop_connection` (every call raises until `connect`).
+
+    Example:
+        >>> backend = MemoryFrankaBackend()
+        >>> backend.move_to(HOME_POSE, dynamics_factor=0.2)
+        >>> backend.read_state().gripper_width_m
+        0.08
+    """
+
+    def __init__(self, initial_pose: Pose = HOME_POSE) -> None:
+        """Start at `initial_pose` with the gripper open.
+
+        Args:
+            initial_pose: The TCP pose before the first command.
+        """
+        self.tcp_pose = initial_pose
+        self.gripper_width_m = GRIPPER_MAX_WIDTH_M
+        self.commanded_poses: list[Pose] = []
+        self.recoveries = 0
+        self._pending_error: str | None = None
+        self._error_active = False
+        self._connected = True
+
+    def inject_control_error(self, message: str = "motion aborted by reflex") -> None:
+        """Make the next motion check fail as if the arm had triggered a reflex."""
+        self._pending_error = message
+        self._error_active = True
+
+    def drop_connection(self) -> None:
+        """Make every call fail as if the network cable were pulled, until `connect()`."""
+        self._connected = False
+
+    def connect(self) -> None:
+        """Re-establish the connection."""
+        self._connected = True
+
+    def read_state(self) -> RobotSnapshot:
+        """The current (commanded) pose, at rest, with no external force."""
+        self._require_connection()
+        return RobotSnapshot(self.tcp_pose, np.zeros(6), np.zeros(6), self.gripper_width_m)
+
+    def move_to(self, pose: Pose, dynamics_factor: float) -> None:
+        """Record the target and jump to it; refused while a control error is active."""
+        self._require_connection()
+        if self._error_active:
+            raise FrankaControlError("the arm is in an error state; call recover() first")
+        self.commanded_poses.append(pose)
+        self.tcp_pose = pose
+
+    def check_motion(self) -> None:
+        """Raise the injected control error once."""
+        self._require_connection()
+        if self._pending_error is not None:
+            message, self._pending_error = self._pending_error, None
+            raise FrankaControlError(message)
+
+    def wait_until_settled(self, timeout_s: float) -> bool:
+        """Motions finish at once."""
+        self.check_motion()
+        return True
+
+    def set_gripper(self, closed: bool, speed_m_s: float, force_n: float) -> None:
+        """Close fully or open fully at once."""
+        self._require_connection()
+        self.gripper_width_m = 0.0 if closed else GRIPPER_MAX_WIDTH_M
+
+    def recover(self) -> bool:
+        """Clear the injected error."""
+        self._require_connection()
+        self._pending_error = None
+        self._error_active = False
+        self.recoveries += 1
+        return True
+
+    def stop(self) -> None:
+        """Nothing moves between calls."""
+        self._require_connection()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _require_connection(self) -> None:
+        if not self._connected:
+            raise FrankaConnectionError("in-memory Franka: connection dropped by drop_connection()")
