@@ -1,0 +1,397 @@
+"""PolicySwitch: once per action chunk, decide who drives: VLA reference, actor or expert.
+
+The switch sits on top of either
+- an RLT observation wrapper (its observation has `ref_chunk`, it executes chunks with
+  `step_chunk`): the reference chunk is `observation["ref_chunk"][:H]`; or
+- a raw per-step env, given a `reference` callable: the switch executes chunks itself.
+
+Who drives is decided before each chunk from the trigger (`KeyboardTrigger`, `AutoGate`) and an
+optional `ExpertTakeover`, both updated after each chunk with the infos of its steps. Each
+executed chunk is labelled with its true source ("vla", "actor", "expert") on the provenance
+channel, so a trajectory recorder lower in the stack records every action with its source.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+from recorders.provenance import provenance_of
+from wrappers.chunking import StepPolicy, execute_chunk
+from wrappers.takeover import ExpertTakeover
+from wrappers.triggers import SwitchEvent, SwitchTrigger
+
+logger = logging.getLogger(__name__)
+
+ChunkSource = Callable[[Any], np.ndarray | StepPolicy]
+"""Reference policy: current observation -> an action chunk (H, A) or a closed-loop step policy."""
+DriverSource = Literal["vla", "actor", "expert"]
+DEFAULT_HORIZON = 10
+SWITCH_INFO_KEYS: tuple[str, ...] = (
+    "rlt_switch_flags",
+    "rlt_policy_switch_event",
+    "actor_switch",
+    "record_transition",
+    "intervention_requested",
+    "intervene_flag",
+    "executed_action",
+    "action_source",
+)
+
+
+@dataclass
+class ChunkOutcome:
+    """One executed chunk as the switch sees it.
+
+    Attributes:
+        observation: The observation after the chunk.
+        reward: Sum of the per-step rewards.
+        terminated: The episode terminated inside the chunk.
+        truncated: The episode was truncated inside the chunk.
+        info: The last step's info plus `chunk_rewards` and `chunk_len`.
+        executed_actions: The executed actions, (chunk_len, A).
+        step_infos: The info of every executed step (for per-step gate signals).
+    """
+
+    observation: Any
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    executed_actions: np.ndarray
+    step_infos: list[Mapping[str, Any]]
+
+
+class _StepInfoTap(gym.Wrapper):
+    """Keeps the info of every step it passes, so the gates see per-step signals."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.step_infos: list[Mapping[str, Any]] = []
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        outputs = self.env.step(action)
+        self.step_infos.append(outputs[4])
+        return outputs
+
+
+class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Per-chunk switch between the VLA reference, the learning actor and an expert.
+
+    One `step(action)` executes one chunk. `action` is the actor's chunk, flat (H*A,) or
+    (H, A); it is used only when the actor drives. Before each chunk the driver is chosen:
+    the reference while the trigger is off (or while `actor_ready` is False), the expert while
+    an `ExpertTakeover` has latched, else the actor. After the chunk, the trigger and the
+    takeover are updated with the infos of its steps. The reward is the sum of the chunk's
+    per-step rewards (`info["chunk_rewards"]` has them one by one).
+
+    Info keys of each step (the chunk just executed): `action_source` ("vla", "actor",
+    "expert"), `executed_action` ((chunk_len, A)), `actor_switch` (the actor drove it),
+    `intervene_flag` (the expert drove it), `intervention_requested` (a takeover was latched
+    when it was decided, executed or not), `record_transition` (it was decided inside the
+    critical phase: a replay transition); and for what comes next: `rlt_switch_flags` (the
+    critical phase is on), `rlt_policy_switch_event` (None, "enter_actor",
+    "actor_already_active"), `next_action_source`. `reset()` reports the same keys.
+
+    Drop-in mode (`skip_inactive=True`) for generic RL libraries: the wrapper itself executes
+    every chunk the actor does not drive, so the library sees actor steps only. `reset()`
+    returns the first observation where the actor drives (info `skipped_chunks`,
+    `skipped_reward`). When control leaves the actor mid-episode (an expert takes over, or an
+    unlatched gate closes), the step returns `truncated=True`: the library bootstraps from
+    that observation, and rewards earned by other drivers are never credited to the actor's
+    actions. The following `reset()` (no seed) then continues that episode under the other
+    drivers until the actor is back in control, or starts new episodes.
+
+    Example:
+        >>> env = gym.make("RPent/PegInsertionSideWideClearance-v1", obs_mode="state")
+        >>> expert = PegInsertionExpert(env)
+        >>> switch = PolicySwitch(env, AutoGate(), reference=lambda obs: as_step_policy(expert))
+        >>> obs, info = switch.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = switch.step(switch.action_space.sample())
+        >>> info["action_source"], info["rlt_switch_flags"]
+        ('vla', False)
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        trigger: SwitchTrigger,
+        *,
+        reference: ChunkSource | None = None,
+        expert_takeover: ExpertTakeover | None = None,
+        horizon: int | None = None,
+        skip_inactive: bool = False,
+        max_skipped_episodes: int = 100,
+    ) -> None:
+        """Wrap `env`.
+
+        Args:
+            env: An RLT observation wrapper (has `step_chunk`) or a raw per-step env.
+            trigger: Decides when the actor takes over (`KeyboardTrigger`, `AutoGate`).
+            reference: Current observation -> reference chunk (H, A) or closed-loop step
+                policy; needed on a raw env, optional above an RLT wrapper (default there:
+                `observation["ref_chunk"][:H]`).
+            expert_takeover: Stalled-progress expert takeover (training only); None: off.
+            horizon: Steps per chunk (H); default 10 on a raw env, the RLT wrapper's otherwise.
+            skip_inactive: Execute non-actor chunks inside `reset()` (drop-in mode).
+            max_skipped_episodes: In drop-in mode, episodes one `reset()` may run without the
+                actor ever getting control before it raises.
+
+        Raises:
+            ValueError: Without a reference source, or with a horizon that does not fit.
+        """
+        gym.utils.RecordConstructorArgs.__init__(
+            self,
+            _disable_deepcopy=True,
+            trigger=trigger,
+            reference=reference,
+            expert_takeover=expert_takeover,
+            horizon=horizon,
+            skip_inactive=skip_inactive,
+            max_skipped_episodes=max_skipped_episodes,
+        )
+        gym.Wrapper.__init__(self, env)
+        self.trigger = trigger
+        self.expert_takeover = expert_takeover
+        self.skip_inactive = skip_inactive
+        self.max_skipped_episodes = max_skipped_episodes
+        self._reference = reference
+        self._step_chunk = _find_step_chunk(env)
+        if self._step_chunk is None and reference is None:
+            raise ValueError(
+                f"PolicySwitch over {env} needs reference=<observation -> chunk> on a per-step "
+                "env, or an RLT observation wrapper (with step_chunk and ref_chunk) below it"
+            )
+        self.horizon, self.action_dim = self._chunk_shape(horizon)
+        if self._step_chunk is None:
+            self._tap = _StepInfoTap(env)
+            self.action_space = _chunk_action_space(env.action_space, self.horizon)
+        self._actor_ready = True
+        self._switch_on = False
+        self._takeover_requested = False
+        self._observation: Any = None
+        self._info: dict[str, Any] = {}
+        self._episode_over = True
+        self._resume_pending = False
+
+    @property
+    def actor_ready(self) -> bool:
+        """Whether the actor may drive; while False, critical-phase chunks run the reference.
+
+        A learner sets it False during warm-up: the critical phase is still recorded
+        (`record_transition`) and takeovers are still requested, but neither the actor nor
+        the expert drives.
+        """
+        return self._actor_ready
+
+    @actor_ready.setter
+    def actor_ready(self, ready: bool) -> None:
+        if self.skip_inactive and not ready:
+            raise ValueError(
+                "actor_ready=False with skip_inactive=True would skip every chunk; "
+                "use skip_inactive=False for warm-up collection"
+            )
+        self._actor_ready = bool(ready)
+
+    @property
+    def next_action_source(self) -> DriverSource:
+        """Who drives the next chunk."""
+        if not (self._switch_on and self._actor_ready):
+            return "vla"
+        return "expert" if self._takeover_requested else "actor"
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Start an episode (drop-in mode: up to the first observation the actor drives from)."""
+        resume = self._resume_pending and seed is None and options is None
+        self._resume_pending = False
+        if not resume:
+            self._reset_episode(seed, options)
+        if self.skip_inactive:
+            return self._skip_to_actor()
+        return self._observation, self._info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """Execute one chunk with the driver chosen for it; see the class doc for the info."""
+        outcome = self._run_chunk(actor_action=action)
+        truncated = outcome.truncated
+        ended = outcome.terminated or outcome.truncated
+        if self.skip_inactive and not ended and self.next_action_source != "actor":
+            truncated = self._resume_pending = True
+        return outcome.observation, outcome.reward, outcome.terminated, truncated, outcome.info
+
+    def close(self) -> None:
+        """Stop the trigger (e.g. its keyboard listener) and close the env."""
+        self.trigger.close()
+        super().close()
+
+    def _reset_episode(self, seed: int | None, options: dict[str, Any] | None) -> None:
+        self._observation, info = self.env.reset(seed=seed, options=options)
+        update = self.trigger.reset()
+        self._switch_on = update.active
+        self._takeover_requested = False
+        if self.expert_takeover is not None:
+            self.expert_takeover.reset()
+        self._episode_over = False
+        empty_chunk = np.zeros((0, self.action_dim), np.float32)
+        self._info = {**info, **self._switch_info(None, False, False, empty_chunk, update.event)}
+
+    def _skip_to_actor(self) -> tuple[Any, dict[str, Any]]:
+        skipped_chunks, skipped_reward, ended_episodes = 0, 0.0, 0
+        while self._episode_over or self.next_action_source != "actor":
+            if self._episode_over:
+                ended_episodes += 1
+                if ended_episodes > self.max_skipped_episodes:
+                    raise RuntimeError(
+                        f"the actor got no control in {self.max_skipped_episodes} episodes; "
+                        "check the trigger's conditions or raise max_skipped_episodes"
+                    )
+                self._reset_episode(None, None)
+                continue
+            outcome = self._run_chunk(actor_action=None)
+            skipped_chunks += 1
+            skipped_reward += outcome.reward
+        info = {**self._info, "skipped_chunks": skipped_chunks, "skipped_reward": skipped_reward}
+        return self._observation, info
+
+    def _run_chunk(self, actor_action: Any) -> ChunkOutcome:
+        source = self.next_action_source
+        decided_in_critical_phase, decided_takeover = self._switch_on, self._takeover_requested
+        chunk = self._chunk_for(source, actor_action)
+        provenance_of(self.env).set_action_source(source)
+        outcome = self._execute(chunk)
+        self._observation = outcome.observation
+        self._episode_over = outcome.terminated or outcome.truncated
+        event = self._update_switch(outcome.step_infos)
+        outcome.info.update(
+            self._switch_info(
+                source,
+                decided_in_critical_phase,
+                decided_takeover,
+                outcome.executed_actions,
+                event,
+            )
+        )
+        self._info = outcome.info
+        return outcome
+
+    def _chunk_for(self, source: DriverSource, actor_action: Any) -> np.ndarray | StepPolicy:
+        if source == "expert":
+            return self.expert_takeover.step_policy
+        if source == "vla":
+            if self._reference is not None:
+                return self._reference(self._observation)
+            return np.asarray(self._observation["ref_chunk"])[: self.horizon]
+        if actor_action is None:
+            raise RuntimeError("the actor drives this chunk but no action was given")
+        action = np.asarray(actor_action, dtype=np.float32)
+        if action.size != self.horizon * self.action_dim:
+            raise ValueError(
+                f"actor action has shape {action.shape}; expected "
+                f"({self.horizon * self.action_dim},) or ({self.horizon}, {self.action_dim})"
+            )
+        return action.reshape(self.horizon, self.action_dim)
+
+    def _execute(self, chunk: np.ndarray | StepPolicy) -> ChunkOutcome:
+        if self._step_chunk is not None:
+            return self._execute_with_step_chunk(chunk)
+        self._tap.step_infos = []
+        result = execute_chunk(self._tap, self._observation, chunk, self.horizon)
+        info = {**result.info, "chunk_rewards": result.rewards, "chunk_len": len(result.rewards)}
+        return ChunkOutcome(
+            result.observation,
+            float(sum(result.rewards)),
+            result.terminated,
+            result.truncated,
+            info,
+            result.executed_actions,
+            self._tap.step_infos,
+        )
+
+    def _execute_with_step_chunk(self, chunk: np.ndarray | StepPolicy) -> ChunkOutcome:
+        observation, reward, terminated, truncated, info = self._step_chunk(chunk)
+        info = dict(info)
+        executed = np.asarray(info["executed_action"], dtype=np.float32)
+        step_infos = info.get("step_infos") or [info] * len(executed)
+        return ChunkOutcome(
+            observation,
+            float(reward),
+            bool(terminated),
+            bool(truncated),
+            info,
+            executed,
+            step_infos,
+        )
+
+    def _update_switch(self, step_infos: Sequence[Mapping[str, Any]]) -> SwitchEvent | None:
+        update = self.trigger.update(step_infos)
+        self._switch_on = update.active
+        if self.expert_takeover is not None:
+            self._takeover_requested = self.expert_takeover.update(step_infos, update.active)
+        return update.event
+
+    def _switch_info(
+        self,
+        source: DriverSource | None,
+        decided_in_critical_phase: bool,
+        decided_takeover: bool,
+        executed_actions: np.ndarray,
+        event: SwitchEvent | None,
+    ) -> dict[str, Any]:
+        return {
+            "rlt_switch_flags": self._switch_on,
+            "rlt_policy_switch_event": event,
+            "actor_switch": source == "actor",
+            "record_transition": decided_in_critical_phase,
+            "intervention_requested": decided_takeover,
+            "intervene_flag": source == "expert",
+            "executed_action": executed_actions,
+            "action_source": source,
+            "next_action_source": self.next_action_source,
+        }
+
+    def _chunk_shape(self, horizon: int | None) -> tuple[int, int]:
+        if self._step_chunk is None:
+            per_step = self.env.action_space
+            if not isinstance(per_step, gym.spaces.Box) or len(per_step.shape) != 1:
+                raise ValueError(f"PolicySwitch needs a 1-D Box action space, got {per_step}")
+            return horizon or DEFAULT_HORIZON, per_step.shape[0]
+        return _rlt_chunk_shape(self.env, horizon)
+
+
+def _find_step_chunk(env: gym.Env) -> Callable[..., tuple] | None:
+    try:
+        return env.get_wrapper_attr("step_chunk")
+    except AttributeError:
+        return None
+
+
+def _chunk_action_space(per_step: gym.spaces.Box, horizon: int) -> gym.spaces.Box:
+    return gym.spaces.Box(
+        np.tile(per_step.low, horizon), np.tile(per_step.high, horizon), dtype=per_step.dtype
+    )
+
+
+def _rlt_chunk_shape(env: gym.Env, horizon: int | None) -> tuple[int, int]:
+    """(H, A) of the RLT wrapper below: its flat (H*A,) action space and ref_chunk's A."""
+    flat_size = int(np.prod(env.action_space.shape))
+    spaces = getattr(env.observation_space, "spaces", {})
+    if "ref_chunk" in spaces:
+        action_dim = int(spaces["ref_chunk"].shape[-1])
+    elif horizon:
+        action_dim = flat_size // horizon
+    else:
+        raise ValueError("the RLT wrapper below has no ref_chunk observation; pass horizon=H")
+    inner_horizon = flat_size // action_dim
+    if horizon not in (None, inner_horizon) or inner_horizon * action_dim != flat_size:
+        raise ValueError(
+            f"horizon={horizon} does not fit the RLT action space {env.action_space} with "
+            f"action dim {action_dim}; leave horizon unset"
+        )
+    return inner_horizon, action_dim

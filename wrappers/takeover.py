@@ -1,0 +1,167 @@
+"""Expert takeover on stalled progress: a scripted expert finishes what the actor got stuck on.
+
+Training-only help for peg insertion (reference RLT "stalled_progress" mode, off by default):
+once the actor is in control near the hole, each chunk's end is scored for progress; three
+chunks in a row without progress latch the expert in control until success or the episode's
+end. The expert's chunks are flagged as interventions, so a learner can use them as BC targets.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wrappers.chunking import StepPolicy
+from wrappers.triggers import GraspStreak, HoleSignals
+
+logger = logging.getLogger(__name__)
+
+
+def as_step_policy(expert: Any) -> StepPolicy:
+    """A closed-loop step policy from an object with `act()` or a callable obs -> action.
+
+    Raises:
+        TypeError: When `expert` is neither.
+    """
+    if hasattr(expert, "act"):
+        return lambda observation: np.asarray(expert.act(), dtype=np.float32)
+    if callable(expert):
+        return expert
+    raise TypeError(
+        f"expert of type {type(expert).__name__} has no act() and is not callable; pass an "
+        "object with act() -> action or a function observation -> action"
+    )
+
+
+@dataclass
+class ProgressRecord:
+    """Best progress seen since the current eligible stretch began (hole frame, m)."""
+
+    head_x_m: float
+    yz_distance_m: float
+    score_m: float
+
+
+class ExpertTakeover:
+    """Latch a closed-loop expert in control after `stuck_chunks_before_takeover` stalled chunks.
+
+    A chunk is eligible when the actor's critical phase is on, the peg has been grasped for at
+    least `min_grasp_steps` steps (with `require_grasp`), the task is not solved and the peg head
+    is near the hole (x >= `near_hole_x_min`, |y|, |z| <= `near_hole_yz_margin` x radius). The
+    first eligible chunk records the best progress; every later one makes progress when its
+    head x beats the best by `min_x_progress_m`, its yz distance sqrt(y^2 + z^2) by
+    `min_yz_progress_m`, or its score x - `progress_yz_weight` x yz by `min_score_progress_m`.
+    A chunk that is not eligible restarts the count. Once latched, the expert drives until
+    success or the episode ends.
+
+    Example:
+        >>> from rpent_envs.maniskill.expert import PegInsertionExpert  # any object with act()
+        >>> takeover = ExpertTakeover(PegInsertionExpert(env))
+        >>> switch = PolicySwitch(env, AutoGate(), reference=vla, expert_takeover=takeover)
+    """
+
+    def __init__(
+        self,
+        expert: Any,
+        *,
+        near_hole_x_min: float = -0.10,
+        near_hole_yz_margin: float = 2.0,
+        stuck_chunks_before_takeover: int = 3,
+        min_x_progress_m: float = 0.003,
+        min_yz_progress_m: float = 0.0015,
+        min_score_progress_m: float = 0.002,
+        progress_yz_weight: float = 1.0,
+        require_grasp: bool = True,
+        min_grasp_steps: int = 5,
+    ) -> None:
+        """Configure the takeover.
+
+        Args:
+            expert: Object with `act()` -> action (reads its own state, e.g. the scripted peg
+                expert) or a step policy observation -> action.
+            near_hole_x_min: Smallest peg-head x in the hole frame (m) for eligibility.
+            near_hole_yz_margin: Largest |y| and |z| of the peg head, in hole radii.
+            stuck_chunks_before_takeover: Consecutive stalled chunks that latch the expert.
+            min_x_progress_m: Gain in head x over the best that counts as progress.
+            min_yz_progress_m: Drop in yz distance below the best that counts as progress.
+            min_score_progress_m: Gain in the combined score that counts as progress.
+            progress_yz_weight: Weight of the yz distance in the score.
+            require_grasp: Eligible only while the peg is held.
+            min_grasp_steps: Consecutive grasped steps that count as held.
+        """
+        self.step_policy: StepPolicy = as_step_policy(expert)
+        self.near_hole_x_min = near_hole_x_min
+        self.near_hole_yz_margin = near_hole_yz_margin
+        self.stuck_chunks_before_takeover = max(1, stuck_chunks_before_takeover)
+        self.min_x_progress_m = min_x_progress_m
+        self.min_yz_progress_m = min_yz_progress_m
+        self.min_score_progress_m = min_score_progress_m
+        self.progress_yz_weight = progress_yz_weight
+        self.require_grasp = require_grasp
+        self.min_grasp_steps = min_grasp_steps
+        self.grasp_streak = GraspStreak()
+        self.reset()
+
+    def reset(self) -> None:
+        """Release the expert and forget progress (a new episode)."""
+        self.grasp_streak.reset()
+        self.active = False
+        self.stalled_chunks = 0
+        self.best: ProgressRecord | None = None
+
+    def update(self, step_infos: Sequence[Mapping[str, Any]], in_critical_phase: bool) -> bool:
+        """Score the chunk just executed; returns whether the expert drives the next chunk.
+
+        Args:
+            step_infos: The info of every step of the chunk, in order.
+            in_critical_phase: The switch gives control to the actor (after this chunk).
+        """
+        grasp_steps = self.grasp_streak.observe(step_infos, "ExpertTakeover")
+        signals = HoleSignals.from_info(step_infos[-1], "ExpertTakeover")
+        if self.active and in_critical_phase and not signals.success:
+            return True
+        self.active = False
+        if not self._eligible(signals, grasp_steps, in_critical_phase):
+            self.stalled_chunks, self.best = 0, None
+            return False
+        progress = self._progress_of(signals)
+        if self.best is None:
+            self.best, self.stalled_chunks = progress, 0
+        elif self._improves(progress):
+            self.best = ProgressRecord(
+                max(self.best.head_x_m, progress.head_x_m),
+                min(self.best.yz_distance_m, progress.yz_distance_m),
+                max(self.best.score_m, progress.score_m),
+            )
+            self.stalled_chunks = 0
+        else:
+            self.stalled_chunks += 1
+            self.active = self.stalled_chunks >= self.stuck_chunks_before_takeover
+            if self.active:
+                logger.info("no progress for %d chunks: the expert takes over", self.stalled_chunks)
+        return self.active
+
+    def _eligible(self, signals: HoleSignals, grasp_steps: int, in_critical_phase: bool) -> bool:
+        if not in_critical_phase or signals.success:
+            return False
+        if self.require_grasp and grasp_steps < self.min_grasp_steps:
+            return False
+        return signals.near_hole(self.near_hole_x_min, self.near_hole_yz_margin)
+
+    def _progress_of(self, signals: HoleSignals) -> ProgressRecord:
+        yz_distance_m = math.hypot(signals.head_abs_y_m, signals.head_abs_z_m)
+        score_m = signals.head_x_m - self.progress_yz_weight * yz_distance_m
+        return ProgressRecord(signals.head_x_m, yz_distance_m, score_m)
+
+    def _improves(self, progress: ProgressRecord) -> bool:
+        best = self.best
+        return (
+            progress.head_x_m > best.head_x_m + self.min_x_progress_m
+            or progress.yz_distance_m < best.yz_distance_m - self.min_yz_progress_m
+            or progress.score_m > best.score_m + self.min_score_progress_m
+        )

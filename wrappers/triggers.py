@@ -1,0 +1,395 @@
+"""Switch triggers: who decides that the learning actor takes over from the VLA reference.
+
+A trigger is asked once per action chunk, after the chunk ran, whether the actor drives the next
+chunk. `KeyboardTrigger` listens for an operator's key press (real robot or simulation);
+`AutoGate` opens on the peg-insertion critical phase computed from the env's info signals
+(`is_grasped`, `success`, `peg_head_pos_at_hole`, `hole_radius`), never from simulator
+internals, so any env that reports those signals can use it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+SwitchEvent = Literal["enter_actor", "actor_already_active"]
+TriggerMode = Literal["auto", "always_on"]
+
+
+@dataclass(frozen=True)
+class SwitchUpdate:
+    """A trigger's answer for the next chunk.
+
+    Attributes:
+        active: The actor is in control (critical phase) from now on.
+        event: "enter_actor" when control passed to the actor in this update,
+            "actor_already_active" when an operator asked for it again, else None.
+    """
+
+    active: bool
+    event: SwitchEvent | None = None
+
+
+class SwitchTrigger(Protocol):
+    """What `PolicySwitch` asks: one update per executed chunk, a reset per episode."""
+
+    def reset(self) -> SwitchUpdate:
+        """Start an episode; returns whether the actor drives the first chunk."""
+        ...
+
+    def update(self, step_infos: Sequence[Mapping[str, Any]]) -> SwitchUpdate:
+        """Decide for the next chunk from the infos of every step of the chunk just executed."""
+        ...
+
+    def close(self) -> None:
+        """Release listeners or other resources."""
+        ...
+
+
+@dataclass(frozen=True)
+class KeyPress:
+    """One key press: the key's character (or pynput name, e.g. "space") and when, in s."""
+
+    key: str
+    time_s: float
+
+
+class KeyPressQueue:
+    """Thread-safe queue of key presses: the key source of `KeyboardTrigger`.
+
+    Anything can feed it (a GUI button, a foot pedal driver, a test); `PynputKeySource` feeds
+    it from the real keyboard.
+
+    Example:
+        >>> presses = KeyPressQueue()
+        >>> presses.press("b")
+        >>> [press.key for press in presses.pop_presses()]
+        ['b']
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """Create an empty queue.
+
+        Args:
+            clock: Time source of presses given without a time (seconds, monotonic).
+        """
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._presses: list[KeyPress] = []
+
+    def start(self) -> None:
+        """Begin listening (nothing to do for a queue fed by code)."""
+
+    def stop(self) -> None:
+        """Stop listening (nothing to do for a queue fed by code)."""
+
+    def press(self, key: str, time_s: float | None = None) -> None:
+        """Add a press of `key` at `time_s` (default: now)."""
+        with self._lock:
+            self._presses.append(KeyPress(key, self._clock() if time_s is None else time_s))
+
+    def pop_presses(self) -> list[KeyPress]:
+        """Return and forget the presses since the last call, oldest first."""
+        with self._lock:
+            presses, self._presses = self._presses, []
+        return presses
+
+
+class KeyboardUnavailableError(RuntimeError):
+    """pynput cannot listen to the keyboard here (no X display, no uinput permission)."""
+
+
+class PynputKeySource(KeyPressQueue):
+    """Key presses of the real keyboard through pynput (imported only on `start`).
+
+    pynput needs an X display (`DISPLAY`) or its uinput backend (`PYNPUT_BACKEND=uinput`,
+    with read access to /dev/input). Presses are time-stamped when pynput reports them.
+    """
+
+    def __init__(self) -> None:
+        """Create a source that listens from `start()` to `stop()`."""
+        super().__init__()
+        self._listener: Any = None
+
+    def start(self) -> None:
+        """Start pynput's listener thread; a no-op when already listening.
+
+        Raises:
+            KeyboardUnavailableError: When pynput is missing or has no keyboard backend.
+        """
+        if self._listener is not None:
+            return
+        keyboard = _import_pynput_keyboard()
+        self._listener = keyboard.Listener(on_press=self._on_press)
+        self._listener.start()
+        self._listener.wait()
+
+    def stop(self) -> None:
+        """Stop listening; presses after this are not queued.
+
+        pynput's X listener thread (a daemon) exits at the next X input event, not at once,
+        so this does not wait for it.
+        """
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+
+    def _on_press(self, key: Any) -> None:
+        name = getattr(key, "char", None) or getattr(key, "name", None)
+        if name:
+            self.press(name)
+
+
+def _import_pynput_keyboard() -> Any:
+    if importlib.util.find_spec("pynput") is None:
+        raise KeyboardUnavailableError(
+            "KeyboardTrigger needs pynput: install the keyboard extra "
+            "(pip install 'rpent[keyboard]')"
+        )
+    try:
+        from pynput import keyboard
+    except ImportError as error:
+        raise KeyboardUnavailableError(
+            f"pynput cannot listen to the keyboard ({error}). Set DISPLAY to a running X server "
+            "(e.g. DISPLAY=:0, or run `Xvfb :99 &` and set DISPLAY=:99), or use pynput's uinput "
+            "backend: PYNPUT_BACKEND=uinput, run as root or as a member of the `input` group "
+            "(read access to /dev/input/event*)."
+        ) from error
+    return keyboard
+
+
+class KeyboardTrigger:
+    """An operator's key press (`b`) hands control to the actor until the episode ends.
+
+    The first accepted press latches actor control (event "enter_actor"); later presses report
+    "actor_already_active". A press within `debounce_s` of the previous accepted press is a
+    bounce and ignored. Presses made before a reset are dropped at the reset.
+
+    Example:
+        >>> presses = KeyPressQueue()
+        >>> trigger = KeyboardTrigger(key_source=presses)
+        >>> trigger.reset().active
+        False
+        >>> presses.press("b")
+        >>> trigger.update([])
+        SwitchUpdate(active=True, event='enter_actor')
+    """
+
+    def __init__(
+        self,
+        key: str = "b",
+        debounce_s: float = 0.2,
+        key_source: KeyPressQueue | None = None,
+    ) -> None:
+        """Configure the trigger; nothing listens before the first `reset()`.
+
+        Args:
+            key: The key that switches to the actor.
+            debounce_s: Presses closer than this to the last accepted press are ignored.
+            key_source: Where presses come from; default: the real keyboard via pynput.
+        """
+        self.key = key
+        self.debounce_s = debounce_s
+        self.key_source = key_source if key_source is not None else PynputKeySource()
+        self.active = False
+        self._started = False
+        self._last_accepted_s = -np.inf
+
+    def reset(self) -> SwitchUpdate:
+        """Start listening (first call), drop pending presses, give control to the reference."""
+        if not self._started:
+            self.key_source.start()
+            self._started = True
+        self.key_source.pop_presses()
+        self.active = False
+        return SwitchUpdate(active=False)
+
+    def update(self, step_infos: Sequence[Mapping[str, Any]]) -> SwitchUpdate:
+        """Apply the presses since the last update (the infos are not needed)."""
+        entered = repeated = False
+        for press in self.key_source.pop_presses():
+            if press.key != self.key or press.time_s - self._last_accepted_s < self.debounce_s:
+                continue
+            self._last_accepted_s = press.time_s
+            if self.active:
+                repeated = True
+            else:
+                self.active = entered = True
+                logger.info("key %r pressed: the actor takes control", self.key)
+        event: SwitchEvent | None = (
+            "enter_actor" if entered else "actor_already_active" if repeated else None
+        )
+        return SwitchUpdate(active=self.active, event=event)
+
+    def close(self) -> None:
+        """Stop listening."""
+        self.key_source.stop()
+        self._started = False
+
+
+@dataclass(frozen=True)
+class HoleSignals:
+    """Peg-head position relative to the hole, read from one step's info.
+
+    Attributes:
+        head_x_m: Peg head along the hole axis (hole frame; larger is deeper).
+        head_abs_y_m: |y| of the peg head in the hole frame.
+        head_abs_z_m: |z| of the peg head in the hole frame.
+        hole_radius_m: Radius of the hole.
+        success: The task is solved.
+    """
+
+    head_x_m: float
+    head_abs_y_m: float
+    head_abs_z_m: float
+    hole_radius_m: float
+    success: bool
+
+    @classmethod
+    def from_info(cls, info: Mapping[str, Any], reader: str) -> HoleSignals:
+        """Read the signals; `reader` names the component in the error for missing keys.
+
+        Raises:
+            KeyError: When the info lacks `peg_head_pos_at_hole`, `hole_radius` or `success`.
+        """
+        _require_keys(info, ("peg_head_pos_at_hole", "hole_radius", "success"), reader)
+        head_x, head_y, head_z = np.asarray(info["peg_head_pos_at_hole"], dtype=np.float64)
+        return cls(
+            float(head_x),
+            abs(float(head_y)),
+            abs(float(head_z)),
+            float(info["hole_radius"]),
+            bool(info["success"]),
+        )
+
+    def near_hole(self, x_min_m: float, yz_margin: float) -> bool:
+        """Head at or past `x_min_m` and within `yz_margin` hole radii in y and z."""
+        yz_limit_m = yz_margin * self.hole_radius_m
+        return (
+            self.head_x_m >= x_min_m
+            and self.head_abs_y_m <= yz_limit_m
+            and self.head_abs_z_m <= yz_limit_m
+        )
+
+
+def _require_keys(info: Mapping[str, Any], keys: Sequence[str], reader: str) -> None:
+    missing = [key for key in keys if key not in info]
+    if missing:
+        raise KeyError(
+            f"{reader} needs info keys {missing} from the env; envs that do not report them "
+            "(e.g. a real robot) switch with KeyboardTrigger instead"
+        )
+
+
+class GraspStreak:
+    """Counts the consecutive steps (up to now) in which `info["is_grasped"]` was true."""
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.steps = 0
+
+    def reset(self) -> None:
+        """Forget the streak (a new episode)."""
+        self.steps = 0
+
+    def observe(self, step_infos: Sequence[Mapping[str, Any]], reader: str) -> int:
+        """Extend the streak with each step's grasp flag, in order; returns the streak."""
+        for info in step_infos:
+            _require_keys(info, ("is_grasped",), reader)
+            self.steps = self.steps + 1 if bool(info["is_grasped"]) else 0
+        return self.steps
+
+
+class AutoGate:
+    """Automatic critical-phase gate of peg insertion (reference RLT defaults).
+
+    Opens when, at the end of a chunk, the peg has been grasped for at least `min_grasp_steps`
+    consecutive steps, the task is not yet solved, and the peg head is near the hole: x (hole
+    frame) >= `near_hole_x_min` and |y|, |z| <= `near_hole_yz_margin` x hole radius. With
+    `latch_until_done` it stays open until the episode ends; otherwise it follows the
+    conditions chunk by chunk. `trigger_mode="always_on"` gives the actor every chunk from
+    the start of the episode.
+
+    Example:
+        >>> gate = AutoGate()
+        >>> gate.reset().active
+        False
+        >>> info = dict(is_grasped=True, success=False, hole_radius=0.04,
+        ...             peg_head_pos_at_hole=[-0.1, 0.0, 0.0])
+        >>> gate.update([info] * 5)
+        SwitchUpdate(active=True, event='enter_actor')
+    """
+
+    def __init__(
+        self,
+        *,
+        near_hole_x_min: float = -0.16,
+        near_hole_yz_margin: float = 1.5,
+        min_grasp_steps: int = 5,
+        require_grasp: bool = True,
+        require_not_success: bool = True,
+        latch_until_done: bool = True,
+        trigger_mode: TriggerMode = "auto",
+    ) -> None:
+        """Configure the gate.
+
+        Args:
+            near_hole_x_min: Smallest peg-head x in the hole frame (m) that counts as near.
+            near_hole_yz_margin: Largest |y| and |z| of the peg head, in hole radii.
+            min_grasp_steps: Consecutive grasped steps needed when `require_grasp`.
+            require_grasp: Open only while the peg is held.
+            require_not_success: Never open once the task is solved.
+            latch_until_done: Stay open until the episode ends once opened.
+            trigger_mode: "auto" (the conditions above) or "always_on".
+        """
+        if trigger_mode not in ("auto", "always_on"):
+            raise ValueError(f"trigger_mode={trigger_mode!r}: use 'auto' or 'always_on'")
+        self.near_hole_x_min = near_hole_x_min
+        self.near_hole_yz_margin = near_hole_yz_margin
+        self.min_grasp_steps = min_grasp_steps
+        self.require_grasp = require_grasp
+        self.require_not_success = require_not_success
+        self.latch_until_done = latch_until_done
+        self.trigger_mode = trigger_mode
+        self.grasp_streak = GraspStreak()
+        self.active = False
+
+    def reset(self) -> SwitchUpdate:
+        """Close the gate (open it for "always_on") and forget the grasp streak."""
+        self.grasp_streak.reset()
+        self.active = self.trigger_mode == "always_on"
+        return SwitchUpdate(self.active, "enter_actor" if self.active else None)
+
+    def update(self, step_infos: Sequence[Mapping[str, Any]]) -> SwitchUpdate:
+        """Count the chunk's grasped steps, then test the conditions on its last step."""
+        grasp_steps = self.grasp_streak.observe(step_infos, "AutoGate")
+        if self.trigger_mode == "always_on":
+            return SwitchUpdate(True)
+        enter = self.conditions_hold(step_infos[-1], grasp_steps)
+        was_active = self.active
+        self.active = (was_active or enter) if self.latch_until_done else enter
+        entered = self.active and not was_active
+        if entered:
+            logger.info("critical phase reached: the actor takes control")
+        return SwitchUpdate(self.active, "enter_actor" if entered else None)
+
+    def conditions_hold(self, info: Mapping[str, Any], grasp_steps: int) -> bool:
+        """The entry conditions for one step's info and the grasp streak up to that step."""
+        signals = HoleSignals.from_info(info, "AutoGate")
+        if self.require_grasp and grasp_steps < self.min_grasp_steps:
+            return False
+        if self.require_not_success and signals.success:
+            return False
+        return signals.near_hole(self.near_hole_x_min, self.near_hole_yz_margin)
+
+    def close(self) -> None:
+        """Nothing to release."""
