@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Pack what a GPU-machine run needs into .carry/ (git-ignored, < 50 MiB), for the `device` tool.
+# The GPU machine has torch/numpy/scipy/tensorboard/safetensors but no registry: ManiSkill,
+# SAPIEN and their small pure-Python needs travel here. SAPIEN is carried as a trimmed tar.xz
+# (no C++ headers, no CUDA denoiser, no stereo pattern: 30 MB instead of 51 MB).
+# On the device: bash bench/device/unpack_carry.sh && export PYTHONPATH=/tmp/site:$PWD
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=.carry
+rm -rf "$out" && mkdir -p "$out/wheels" "$out/gl"
+download() {
+  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$1" "${@:2}"
+}
+download "$out/wheels" gymnasium==1.4.0 farama-notifications dacite transforms3d trimesh==5.2.0 \
+  pytorch_kinematics==0.7.6 arm_pytorch_utilities pytorch_seed defusedxml tyro==1.0.17 \
+  docstring_parser typeguard pyperclip
+tmp=$(mktemp -d)
+download "$tmp" sapien==3.0.3 mani-skill==3.0.1
+python3 ../shared/tools/slim_maniskill_wheel.py "$tmp"/mani_skill-*.whl "$out/wheels" >/dev/null
+mkdir "$tmp/sapien" && (cd "$tmp/sapien" && unzip -q "$tmp"/sapien-*.whl)
+rm -rf "$tmp"/sapien/sapien/include "$tmp"/sapien/sapien/oidn_library/libOpenImageDenoise_device* \
+  "$tmp"/sapien/sapien/sensor/assets/patterns/d415.png "$tmp"/sapien/sapien/vulkan_library/*.dylib
+tar -cf - -C "$tmp/sapien" . | xz -T2 -6 > "$out/sapien.tar.xz"
+o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+mkdir -p /tmp/amd64/partial && apt-get $o update -q >/dev/null
+(cd "$out/gl" && apt-get $o download -q libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 2>/dev/null)
+rm -rf "$tmp"
+du -sh "$out"
