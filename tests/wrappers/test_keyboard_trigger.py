@@ -12,16 +12,22 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+import rpent_envs
 from wrappers.policy_switch import PolicySwitch
 from wrappers.triggers import KeyboardTrigger, KeyPressQueue, SwitchUpdate
 
 HORIZON = 2
+ACTION_DIM = 7
 
 
-def pendulum_switch(trigger):
-    """Any per-step env works: the keyboard needs no task signals (e.g. the real Franka)."""
-    env = gym.make("Pendulum-v1")
-    return PolicySwitch(env, trigger, reference=lambda obs: np.zeros((HORIZON, 1)), horizon=HORIZON)
+def hold_still(observation):
+    return np.zeros((HORIZON, ACTION_DIM), np.float32)
+
+
+def franka_switch(trigger):
+    """The Franka env (in-memory arm): the keyboard needs no task signals from the env."""
+    env = gym.make(rpent_envs.FRANKA_ID, backend="memory", period_s=0.0)
+    return PolicySwitch(env, trigger, reference=hold_still, horizon=HORIZON)
 
 
 def test_first_press_latches_the_actor_and_later_presses_report_it():
@@ -62,19 +68,19 @@ def test_reset_returns_control_and_drops_presses_made_before_it():
 
 def test_switch_hands_the_next_chunk_to_the_actor_after_a_press():
     presses = KeyPressQueue()
-    switch = pendulum_switch(KeyboardTrigger(key_source=presses))
+    switch = franka_switch(KeyboardTrigger(key_source=presses))
     _, info = switch.reset(seed=0)
     assert info["rlt_switch_flags"] is False and info["next_action_source"] == "vla"
-    actor_chunk = np.full(HORIZON, 1.5, np.float32)
+    actor_chunk = np.full(HORIZON * ACTION_DIM, 0.5, np.float32)
     _, _, _, _, info = switch.step(actor_chunk)
     assert info["action_source"] == "vla"
-    np.testing.assert_array_equal(info["executed_action"], np.zeros((HORIZON, 1)))
+    np.testing.assert_array_equal(info["executed_action"], np.zeros((HORIZON, ACTION_DIM)))
     presses.press("b")
     _, _, _, _, info = switch.step(actor_chunk)
     assert info["action_source"] == "vla" and info["rlt_policy_switch_event"] == "enter_actor"
     _, _, _, _, info = switch.step(actor_chunk)
     assert info["action_source"] == "actor" and info["record_transition"]
-    np.testing.assert_array_equal(info["executed_action"], np.full((HORIZON, 1), 1.5))
+    np.testing.assert_array_equal(info["executed_action"], np.full((HORIZON, ACTION_DIM), 0.5))
     _, info = switch.reset(seed=1)
     assert info["rlt_switch_flags"] is False
     switch.close()
@@ -128,19 +134,19 @@ def xvfb_display(monkeypatch):
 
 def test_real_b_key_under_xvfb_flips_the_switch(xvfb_display):
     threads_before = set(threading.enumerate())
-    switch = pendulum_switch(KeyboardTrigger())  # pynput, started by the first reset
+    switch = franka_switch(KeyboardTrigger())  # pynput, started by the first reset
     try:
         switch.reset(seed=0)
-        _, _, _, _, info = switch.step(np.zeros(HORIZON, np.float32))
+        _, _, _, _, info = switch.step(np.zeros(HORIZON * ACTION_DIM, np.float32))
         assert info["rlt_switch_flags"] is False
         subprocess.run(["xdotool", "key", "b"], check=True, timeout=10)
         deadline = time.monotonic() + 10
         while not info["rlt_switch_flags"]:
             assert time.monotonic() < deadline, "the b key press never reached the switch"
             time.sleep(0.02)
-            _, _, _, _, info = switch.step(np.zeros(HORIZON, np.float32))
+            _, _, _, _, info = switch.step(np.zeros(HORIZON * ACTION_DIM, np.float32))
         assert info["rlt_policy_switch_event"] == "enter_actor"
-        _, _, _, _, info = switch.step(np.ones(HORIZON, np.float32))
+        _, _, _, _, info = switch.step(np.full(HORIZON * ACTION_DIM, 0.1, np.float32))
         assert info["action_source"] == "actor"
     finally:
         switch.close()
