@@ -8,7 +8,9 @@ The switch sits on top of either
 Who drives is decided before each chunk from the trigger (`KeyboardTrigger`, `AutoGate`) and an
 optional `ExpertTakeover`, both updated after each chunk with the infos of its steps. Each
 executed chunk is labelled with its true source ("vla", "actor", "expert") on the provenance
-channel, so a trajectory recorder lower in the stack records every action with its source.
+channel, so a trajectory recorder lower in the stack records every action with its source. The
+label is set before the reference is asked for its chunk: a reference that logs its prediction
+(`vla_prediction`) may relabel with `set_action_source("vla", call_id, prediction_id)`.
 """
 
 from __future__ import annotations
@@ -263,8 +265,9 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def _run_chunk(self, actor_action: Any) -> ChunkOutcome:
         source = self.next_action_source
         decided_in_critical_phase, decided_takeover = self._switch_on, self._takeover_requested
-        chunk = self._chunk_for(source, actor_action)
+        # labelled first, so a reference that logs its own prediction can label it with its ids
         provenance_of(self.env).set_action_source(source)
+        chunk = self._chunk_for(source, actor_action)
         outcome = self._execute(chunk)
         self._observation = outcome.observation
         self._episode_over = outcome.terminated or outcome.truncated

@@ -23,14 +23,17 @@ class StepLog(gym.Wrapper):
         super().__init__(env)
         self.provenance = self
         self.current_source = None
+        self.prediction_ids = []  # the prediction id labelled for each executed step
+        self.current_prediction = None
         self.steps = []  # (source label at the time, action, info) per executed step
 
     def set_action_source(self, source, call_id=None, prediction_id=None, start_index=0):
-        self.current_source = source
+        self.current_source, self.current_prediction = source, prediction_id
 
     def step(self, action):
         outputs = self.env.step(action)
         self.steps.append((self.current_source, np.asarray(action), outputs[4]))
+        self.prediction_ids.append(self.current_prediction)
         return outputs
 
 
@@ -127,12 +130,20 @@ def test_unlatched_gate_follows_its_conditions(log):
 
 
 def test_every_step_is_recorded_with_its_true_source(log):
-    switch = PolicySwitch(log, AutoGate(), reference=expert_reference(log))
+    expert_chunks = expert_reference(log)
+
+    def labelling_reference(observation):  # a VLA that logs its prediction labels it itself
+        log.set_action_source("vla", call_id="c1", prediction_id="p1")
+        return expert_chunks(observation)
+
+    switch = PolicySwitch(log, AutoGate(), reference=labelling_reference)
     infos, ends = run_chunks(switch, log, 0, actor_chunk(gripper=-1.0), chunks_after_gate=2)
     starts = [0, *ends[:-1]]
     for info, start, end in zip(infos, starts, ends, strict=True):
         sources = {source for source, _, _ in log.steps[start:end]}
         assert sources == {info["action_source"]}
+        vla_chunk = info["action_source"] == "vla"
+        assert set(log.prediction_ids[start:end]) == {"p1" if vla_chunk else None}
         executed = np.stack([action for _, action, _ in log.steps[start:end]])
         np.testing.assert_array_equal(info["executed_action"], executed)
         assert info["chunk_len"] == end - start == len(info["chunk_rewards"])
