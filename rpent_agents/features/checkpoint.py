@@ -1,0 +1,111 @@
+"""Stage 1 checkpoint folders: `model.safetensors` + `config.json` + `norm_stats.json`.
+
+One folder holds the built-in VLA and its RL token; Stage 1 writes it, Stage 2 and
+`wrappers.RLTObservation` (through `load_featurizer`) read it. The embedded default ships inside
+the package (`DEFAULT_CHECKPOINT_DIR`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
+from rpent_agents.features.norm import NormStats
+from rpent_agents.features.protocol import RLTFeaturizer
+from rpent_agents.rlt_token import RLToken, RLTokenConfig
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+DEFAULT_CHECKPOINT_DIR = Path(__file__).parent / "default_checkpoint"
+FEATURE_MODEL_KIND = "builtin"
+
+
+def save_checkpoint(
+    folder: Path,
+    vla: BuiltinVLA,
+    rl_token: RLToken,
+    metadata: dict[str, Any] | None = None,
+    weights_dtype: torch.dtype = torch.float32,
+) -> None:
+    """Write the VLA and RL token into `folder` (created if needed; files are replaced).
+
+    Args:
+        folder: Checkpoint folder.
+        vla: The built-in VLA (its norm stats are saved too).
+        rl_token: The RL token trained on the VLA's prefix.
+        metadata: Extra JSON-serialisable facts stored under "metadata" (step, dataset...).
+        weights_dtype: Storage dtype of the weights (bfloat16 halves the size; loading
+            always returns float32 modules).
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        f"{prefix}.{name}": value.detach().to("cpu", weights_dtype).contiguous()
+        for prefix, module in (("vla", vla), ("rl_token", rl_token))
+        for name, value in module.state_dict().items()
+    }
+    save_file(tensors, folder / WEIGHTS_FILE)
+    config = {
+        "feature_model": FEATURE_MODEL_KIND,
+        "vla": asdict(vla.config),
+        "rl_token": asdict(rl_token.config),
+        "metadata": metadata or {},
+    }
+    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=1))
+    vla.norm_stats.save(folder)
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """The `config.json` of a checkpoint folder.
+
+    Raises:
+        FileNotFoundError: When the folder lacks one of the three checkpoint files.
+    """
+    folder = Path(folder)
+    for name in (WEIGHTS_FILE, CONFIG_FILE):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(
+                f"{folder / name} is missing; pass a folder written by rpent-stage1"
+            )
+    return json.loads((folder / CONFIG_FILE).read_text())
+
+
+def load_checkpoint(
+    folder: Path, device: str | torch.device = "cpu"
+) -> tuple[BuiltinVLA, RLToken, dict[str, Any]]:
+    """Rebuild the VLA and RL token of a checkpoint folder, in float32 on `device`.
+
+    Returns:
+        The VLA, the RL token and the folder's config (with "metadata").
+    """
+    config = read_config(folder)
+    if config.get("feature_model") != FEATURE_MODEL_KIND:
+        raise ValueError(
+            f"{folder} holds feature model {config.get('feature_model')!r}; this loader reads"
+            f" {FEATURE_MODEL_KIND!r} checkpoints"
+        )
+    vla = BuiltinVLA(BuiltinVLAConfig(**config["vla"]), NormStats.load(folder))
+    rl_token = RLToken(RLTokenConfig(**config["rl_token"]))
+    tensors = load_file(Path(folder) / WEIGHTS_FILE)
+    for prefix, module in (("vla", vla), ("rl_token", rl_token)):
+        state = {
+            name[len(prefix) + 1 :]: value.float()
+            for name, value in tensors.items()
+            if name.startswith(prefix + ".")
+        }
+        module.load_state_dict(state)
+    return vla.to(device), rl_token.to(device), config
+
+
+def load_featurizer(
+    folder: Path | None = None, device: str | torch.device = "cpu"
+) -> RLTFeaturizer:
+    """The RL-token featurizer of a checkpoint folder (default: the embedded checkpoint)."""
+    vla, rl_token, _ = load_checkpoint(folder or DEFAULT_CHECKPOINT_DIR, device)
+    return RLTFeaturizer(vla.eval(), rl_token)

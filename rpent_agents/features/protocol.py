@@ -1,0 +1,108 @@
+"""What every feature model offers, and the RL-token featurizer built on top of one.
+
+A `FeatureModel` maps a batch of raw observations (DESIGN.md §2: `image`, `wrist_image`,
+`state`) and instructions to the VLA's prefix tokens (B, T, D), their pad mask (B, T) and a
+reference action chunk (B, H, A) in env action units, all from one prefix pass.
+`RLTFeaturizer` adds the trained RL token and returns what the RL stage sees: `z_rl` and the
+reference chunk. `wrappers.RLTObservation` accepts any object with the same `rlt_features`
+method (an `RLTFeaturizer`, or a remote client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from rpent_agents.rlt_token import RLToken
+
+Observation = Mapping[str, Any]
+
+
+@dataclass
+class PrefixFeatures:
+    """One prefix pass of a VLA over a batch.
+
+    Attributes:
+        prefix_tokens: Hidden states of the prefix, (B, T, D).
+        pad_mask: (B, T) bool, True for real tokens, False for padding.
+        ref_chunk: Reference action chunk (B, H, A) in env action units.
+        image_token_count: How many leading prefix tokens come from images.
+    """
+
+    prefix_tokens: torch.Tensor
+    pad_mask: torch.Tensor
+    ref_chunk: torch.Tensor
+    image_token_count: int
+
+
+@dataclass
+class RLTFeatures:
+    """What the RL stage reads per observation: `z_rl` (B, D) and `ref_chunk` (B, H, A)."""
+
+    z_rl: np.ndarray
+    ref_chunk: np.ndarray
+
+
+@runtime_checkable
+class FeatureModel(Protocol):
+    """A VLA seen as a featurizer.
+
+    Attributes:
+        prefix_dim: Width D of the prefix tokens.
+        chunk_len: Steps H of the reference chunk.
+        action_dim: Width A of one action.
+        device: Where the model runs.
+    """
+
+    prefix_dim: int
+    chunk_len: int
+    action_dim: int
+    device: torch.device
+
+    def featurize(
+        self, observations: Sequence[Observation], instructions: Sequence[str]
+    ) -> PrefixFeatures:
+        """Prefix tokens, pad mask and reference chunk of a batch, from one prefix pass."""
+        ...
+
+
+class RLTFeaturizer:
+    """A feature model plus its trained RL token: observations -> (`z_rl`, `ref_chunk`).
+
+    Runs under `torch.no_grad()` in eval mode on the feature model's device.
+
+    Example:
+        >>> featurizer = load_featurizer("path/to/stage1_checkpoint")  # or the default
+        >>> features = featurizer.rlt_features([obs], ["insert the peg in the hole"])
+        >>> features.z_rl.shape, features.ref_chunk.shape
+        ((1, 256), (1, 10, 8))
+    """
+
+    def __init__(self, feature_model: FeatureModel, rl_token: RLToken) -> None:
+        """Pair a feature model with the RL token trained on its prefix (same width D)."""
+        if rl_token.config.dim != feature_model.prefix_dim:
+            raise ValueError(
+                f"RL token dim {rl_token.config.dim} != feature model prefix_dim"
+                f" {feature_model.prefix_dim}; load the RL token trained with this model"
+            )
+        self.feature_model = feature_model
+        self.rl_token = rl_token.to(feature_model.device).eval()
+        self.z_dim = rl_token.config.dim
+        self.chunk_len = feature_model.chunk_len
+        self.action_dim = feature_model.action_dim
+
+    @torch.no_grad()
+    def rlt_features(
+        self, observations: Sequence[Observation], instructions: Sequence[str]
+    ) -> RLTFeatures:
+        """`z_rl` (B, D) float32 and the reference chunk (B, H, A) float32, as numpy."""
+        prefix = self.feature_model.featurize(observations, instructions)
+        z_rl = self.rl_token.encode(prefix.prefix_tokens, prefix.pad_mask, prefix.image_token_count)
+        return RLTFeatures(
+            z_rl=z_rl.float().cpu().numpy(),
+            ref_chunk=prefix.ref_chunk.float().cpu().numpy(),
+        )

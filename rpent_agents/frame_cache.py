@@ -1,0 +1,123 @@
+"""A compact in-memory copy of a demonstration dataset, for Stage 1 training anywhere.
+
+`rpent-stage1 export-cache` turns a LeRobot dataset written by `rpent-collect` into one `.npz`
+file (uint8 images, float32 state and actions, episode and task indices, the task strings), so
+Stage 1 can train on a machine that has torch and numpy but not lerobot. Reading a LeRobot
+dataset needs lerobot (imported lazily); reading a cache needs numpy only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+IMAGE_KEYS = ("image", "wrist_image")
+ARRAY_KEYS = (*IMAGE_KEYS, "state", "actions", "episode_index", "task_index")
+
+
+@dataclass
+class FrameCache:
+    """Every frame of a dataset as arrays.
+
+    Attributes:
+        image: (N, H, W, 3) uint8 third-person camera.
+        wrist_image: (N, H, W, 3) uint8 wrist camera.
+        state: (N, S) float32.
+        actions: (N, A) float32, env action units.
+        episode_index: (N,) int64; frames of one episode are contiguous and in order.
+        task_index: (N,) int64 index into `tasks`.
+        tasks: The instructions.
+    """
+
+    image: np.ndarray
+    wrist_image: np.ndarray
+    state: np.ndarray
+    actions: np.ndarray
+    episode_index: np.ndarray
+    task_index: np.ndarray
+    tasks: list[str]
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+    def save(self, path: Path) -> None:
+        """Write an uncompressed `.npz` (images compress poorly; loading stays fast)."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            raise ValueError(f"cache path {path} must end in .npz")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {key: getattr(self, key) for key in ARRAY_KEYS}
+        np.savez(path, tasks=np.array(self.tasks, dtype=str), **arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> FrameCache:
+        """Read a cache written by `save`.
+
+        Raises:
+            KeyError: When the file lacks one of the arrays (not a frame cache).
+        """
+        with np.load(Path(path)) as data:
+            missing = [key for key in (*ARRAY_KEYS, "tasks") if key not in data]
+            if missing:
+                raise KeyError(f"{path} is not a frame cache: arrays {missing} are missing")
+            arrays = {key: data[key] for key in ARRAY_KEYS}
+            tasks = [str(task) for task in data["tasks"]]
+        return cls(tasks=tasks, **arrays)
+
+    def chunk_targets(self, chunk_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """Frame indices (N, H) of each frame's next `chunk_len` actions, and their validity.
+
+        Steps past the end of an episode repeat the episode's last frame and are invalid.
+        """
+        starts = np.arange(len(self))[:, None] + np.arange(chunk_len)[None]
+        last = np.zeros(len(self), dtype=np.int64)
+        for episode in np.unique(self.episode_index):
+            members = np.flatnonzero(self.episode_index == episode)
+            last[members] = members[-1]
+        valid = starts <= last[:, None]
+        return np.minimum(starts, last[:, None]), valid
+
+
+def _to_uint8_hwc(image: torch.Tensor) -> np.ndarray:
+    """LeRobot's float CHW image in [0, 1] -> uint8 HWC."""
+    return (image.permute(1, 2, 0).clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+
+
+def cache_from_lerobot(dataset_dir: Path) -> FrameCache:
+    """Read every frame of a LeRobot dataset written by `rpent-collect` (needs lerobot).
+
+    Raises:
+        FileNotFoundError: When `dataset_dir` is not a LeRobot dataset.
+    """
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    dataset_dir = Path(dataset_dir)
+    if not (dataset_dir / "meta" / "info.json").is_file():
+        raise FileNotFoundError(f"{dataset_dir} has no meta/info.json; not a LeRobot dataset")
+    dataset = LeRobotDataset(f"local/{dataset_dir.name}", root=dataset_dir)
+    columns: dict[str, list[np.ndarray]] = {key: [] for key in ARRAY_KEYS}
+    tasks: list[str] = []
+    for index in tqdm(range(len(dataset)), desc="reading frames"):
+        frame = dataset[index]
+        for key in IMAGE_KEYS:
+            columns[key].append(_to_uint8_hwc(frame[key]))
+        columns["state"].append(frame["state"].numpy().astype(np.float32))
+        columns["actions"].append(frame["actions"].numpy().astype(np.float32))
+        columns["episode_index"].append(np.int64(frame["episode_index"]))
+        if frame["task"] not in tasks:
+            tasks.append(frame["task"])
+        columns["task_index"].append(np.int64(tasks.index(frame["task"])))
+    logger.info("read %d frames of %d episodes", len(dataset), dataset.num_episodes)
+    return FrameCache(tasks=tasks, **{key: np.stack(value) for key, value in columns.items()})
+
+
+def load_frames(path: Path) -> FrameCache:
+    """A `.npz` frame cache, or a LeRobot dataset folder read into one."""
+    path = Path(path)
+    return FrameCache.load(path) if path.suffix == ".npz" else cache_from_lerobot(path)

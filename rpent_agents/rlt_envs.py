@@ -1,0 +1,128 @@
+"""Composite RLT envs and the base-policy evaluation of a Stage 1 checkpoint.
+
+`RPent/PegInsertion-RLT-v0` = peg env (cameras at the checkpoint's image size) ->
+`RLTObservation` (embedded default checkpoint) -> `PolicySwitch` with `AutoGate` in drop-in mode
+(`skip_inactive=True`): the VLA reference drives until the gate opens near the hole, then every
+`step` is the agent's chunk. `rpent_envs` registers the id with the string entry point
+`rpent_agents.rlt_envs:make_peg_rlt`, which is not an import, so `rpent_envs` never imports
+`rpent_agents`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+import tyro
+from tqdm import tqdm
+
+from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
+from rpent_envs import PEG_INSERTION_ID
+from wrappers.policy_switch import PolicySwitch
+from wrappers.rlt import RLTObservation
+from wrappers.triggers import AutoGate
+
+logger = logging.getLogger(__name__)
+
+
+def _peg_with_features(
+    checkpoint: Path | None, chunk_len: int, device: str, render_backend: str
+) -> RLTObservation:
+    folder = Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT_DIR
+    image_size = read_config(folder)["vla"]["image_size"]
+    env = gym.make(
+        PEG_INSERTION_ID, obs_mode="rgb", image_size=image_size, render_backend=render_backend
+    )
+    return RLTObservation(env, load_featurizer(folder, device), chunk_len=chunk_len)
+
+
+def make_peg_rlt(
+    checkpoint: str | None = None,
+    chunk_len: int = 10,
+    device: str = "cpu",
+    render_backend: Literal["auto", "cpu", "gpu"] = "auto",
+    skip_inactive: bool = True,
+    trigger_mode: Literal["auto", "always_on"] = "auto",
+    max_skipped_episodes: int = 100,
+) -> gym.Env:
+    """Build `RPent/PegInsertion-RLT-v0` (see the module doc).
+
+    Args:
+        checkpoint: Stage 1 checkpoint folder; None: the embedded default.
+        chunk_len: Actor chunk length H.
+        device: Where the feature model runs ("cpu", "cuda").
+        render_backend: SAPIEN render device of the peg env.
+        skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
+        trigger_mode: AutoGate mode; "always_on" hands every chunk to the agent.
+        max_skipped_episodes: Episodes one drop-in `reset()` may run before it gives up.
+
+    Returns:
+        The composite env; `step` takes a flat (H*A,) chunk in [-1, 1].
+    """
+    featurized = _peg_with_features(checkpoint, chunk_len, device, render_backend)
+    return PolicySwitch(
+        featurized,
+        AutoGate(trigger_mode=trigger_mode),
+        skip_inactive=skip_inactive,
+        max_skipped_episodes=max_skipped_episodes,
+    )
+
+
+@dataclass
+class EvalArgs:
+    """Success rate of a Stage 1 checkpoint as a base policy (reference chunks only)."""
+
+    checkpoint: Path | None = None
+    """Checkpoint folder; default: the embedded one."""
+    num_episodes: int = 50
+    seed: int = 0
+    """Episode i resets with seed + i (demonstrations from rpent-collect --seed 1000 stay apart)."""
+    chunk_len: int = 10
+    """Steps executed from each reference chunk before featurizing again."""
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
+
+
+def run_base_policy_episode(env: RLTObservation, seed: int) -> bool:
+    """Drive one episode with reference chunks only; True when it ends in success."""
+    observation, info = env.reset(seed=seed)
+    terminated = truncated = False
+    while not (terminated or truncated):
+        observation, _, terminated, truncated, info = env.step_chunk(observation["ref_chunk"])
+    return bool(info["success"])
+
+
+def evaluate_base_policy(args: EvalArgs) -> dict[str, Any]:
+    """Run `args.num_episodes` seeded episodes; returns the success rate and the seeds."""
+    env = _peg_with_features(args.checkpoint, args.chunk_len, args.device, args.render_backend)
+    successes = []
+    try:
+        progress = tqdm(range(args.seed, args.seed + args.num_episodes), desc="base policy")
+        for seed in progress:
+            successes.append(run_base_policy_episode(env, seed))
+            progress.set_postfix(success_rate=float(np.mean(successes)))
+    finally:
+        env.close()
+    seeds = list(range(args.seed, args.seed + args.num_episodes))
+    return {
+        "success_rate": float(np.mean(successes)),
+        "successful_seeds": [seed for seed, ok in zip(seeds, successes, strict=True) if ok],
+        "seeds": seeds,
+        "checkpoint": str(args.checkpoint or DEFAULT_CHECKPOINT_DIR),
+    }
+
+
+def main() -> None:
+    """Entry point of `rpent-eval-base`."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    report = evaluate_base_policy(tyro.cli(EvalArgs))
+    print(f"success rate {report['success_rate']:.2f} over {len(report['seeds'])} seeds")
+
+
+if __name__ == "__main__":
+    main()

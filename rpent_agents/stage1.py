@@ -1,0 +1,312 @@
+"""Stage 1: train the built-in VLA and its RL token on demonstrations (`rpent-stage1`).
+
+Total loss = `rlt_loss + rlt_alpha * vla_loss` (DESIGN.md §4). The RL token reads the prefix
+detached, so `rlt_loss` trains only the RL token; `vla_loss` trains the VLA. Both are logged to
+TensorBoard (when installed). The output folder is a checkpoint (`model.safetensors`,
+`config.json`, `norm_stats.json`) plus `training_state.pt` for resuming.
+
+    rpent-stage1 export-cache --dataset demos/peg --output demos/peg.npz
+    rpent-stage1 train --data demos/peg.npz --output-dir checkpoints/peg --steps 3000
+
+`--data` takes a `.npz` frame cache or a LeRobot dataset folder. Only torch, numpy,
+safetensors, tyro and tqdm are needed to train from a cache (no lerobot, gymnasium or simulator).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import torch
+import tyro
+from tqdm import tqdm
+
+from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
+from rpent_agents.features.checkpoint import load_checkpoint, save_checkpoint
+from rpent_agents.features.norm import NormStats
+from rpent_agents.frame_cache import IMAGE_KEYS, FrameCache, cache_from_lerobot, load_frames
+from rpent_agents.rlt_token import RLToken, RLTokenConfig
+
+logger = logging.getLogger(__name__)
+TRAINING_STATE_FILE = "training_state.pt"
+
+
+@dataclass
+class ExportCacheArgs:
+    """Read a LeRobot dataset made by `rpent-collect` into one `.npz` frame cache."""
+
+    dataset: Path
+    """LeRobot dataset folder."""
+    output: Path
+    """Cache file to write (`.npz`)."""
+
+
+@dataclass
+class TrainArgs:
+    """Train the built-in VLA + RL token (Stage 1) and write a checkpoint folder."""
+
+    data: Path
+    """A `.npz` frame cache or a LeRobot dataset folder."""
+    output_dir: Path
+    """Checkpoint folder (created; with --resume, continued)."""
+    steps: int = 3000
+    """Optimizer steps in total (a resumed run continues up to this count)."""
+    batch_size: int = 64
+    learning_rate: float = 3e-4
+    weight_decay: float = 1e-4
+    rlt_alpha: float = 1.0
+    """Weight of the VLA loss in `rlt_loss + rlt_alpha * vla_loss`."""
+    vla: BuiltinVLAConfig = field(default_factory=BuiltinVLAConfig)
+    rl_token: RLTokenConfig = field(default_factory=lambda: RLTokenConfig(prefix_seq_len=256))
+    """RL-token options; `dim` is always set to the VLA's `dim`."""
+    image_shift_px: int = 4
+    """Random-shift augmentation: images move by up to this many pixels (0: off)."""
+    val_episodes: int = 2
+    """Last episodes held out for `val/chunk_mse` (0: no validation)."""
+    log_every: int = 50
+    save_every: int = 500
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    seed: int = 0
+    resume: bool = False
+    """Continue from `output_dir/training_state.pt` instead of refusing an existing folder."""
+    weights_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Storage dtype of the saved weights (bfloat16 halves the checkpoint)."""
+
+
+@dataclass
+class TrainingBatch:
+    """Tensors of one Stage 1 batch, on the training device."""
+
+    inputs: dict[str, torch.Tensor]
+    text_ids: torch.Tensor
+    text_mask: torch.Tensor
+    chunk: torch.Tensor
+    chunk_valid: torch.Tensor
+
+
+class DemoSampler:
+    """Random batches of (observation, instruction, target chunk) from a frame cache."""
+
+    def __init__(self, cache: FrameCache, vla: BuiltinVLA, frames: np.ndarray, device: str):
+        """Keep the `frames` rows of `cache` on `device`; chunks follow `vla.chunk_len`."""
+        chunk_index, chunk_valid = cache.chunk_targets(vla.chunk_len)
+        self.frames = torch.from_numpy(frames)
+        self.device = device
+        self.columns = {
+            key: torch.from_numpy(getattr(cache, key)).to(device)
+            for key in (*IMAGE_KEYS, "state", "actions")
+        }
+        self.chunk_index = torch.from_numpy(chunk_index).to(device)
+        self.chunk_valid = torch.from_numpy(chunk_valid).to(device)
+        text_ids, text_mask = vla.tokenizer(cache.tasks)
+        task_index = torch.from_numpy(cache.task_index).to(device)
+        self.text_ids, self.text_mask = (
+            text_ids.to(device)[task_index],
+            text_mask.to(device)[task_index],
+        )
+
+    def batch(self, rows: torch.Tensor, image_shift_px: int = 0) -> TrainingBatch:
+        """The batch of cache rows `rows` (images shifted at random by up to the given pixels)."""
+        rows = rows.to(self.device)
+        inputs = {key: self.columns[key][rows] for key in (*IMAGE_KEYS, "state")}
+        for key in IMAGE_KEYS:
+            inputs[key] = random_shift(inputs[key], image_shift_px)
+        return TrainingBatch(
+            inputs=inputs,
+            text_ids=self.text_ids[rows],
+            text_mask=self.text_mask[rows],
+            chunk=self.columns["actions"][self.chunk_index[rows]],
+            chunk_valid=self.chunk_valid[rows],
+        )
+
+    def random_batch(self, batch_size: int, image_shift_px: int) -> TrainingBatch:
+        """A batch of `batch_size` frames drawn uniformly with replacement."""
+        rows = self.frames[torch.randint(len(self.frames), (batch_size,))]
+        return self.batch(rows, image_shift_px)
+
+
+def random_shift(images_u8: torch.Tensor, max_shift_px: int) -> torch.Tensor:
+    """Translate each (B, H, W, 3) image by up to `max_shift_px` (edge padding), as in DrQ."""
+    if max_shift_px <= 0:
+        return images_u8
+    batch, height, width, _ = images_u8.shape
+    padded = torch.nn.functional.pad(
+        images_u8.permute(0, 3, 1, 2).float(), [max_shift_px] * 4, mode="replicate"
+    )
+    offsets = torch.randint(0, 2 * max_shift_px + 1, (batch, 2), device=images_u8.device)
+    rows = offsets[:, 0, None] + torch.arange(height, device=images_u8.device)
+    cols = offsets[:, 1, None] + torch.arange(width, device=images_u8.device)
+    batch_index = torch.arange(batch, device=images_u8.device)[:, None, None]
+    shifted = padded.permute(0, 2, 3, 1)[batch_index, rows[:, :, None], cols[:, None, :]]
+    return shifted.to(torch.uint8)
+
+
+def stage1_losses(
+    vla: BuiltinVLA, rl_token: RLToken, batch: TrainingBatch, rlt_alpha: float
+) -> dict[str, torch.Tensor]:
+    """`rlt_loss`, `vla_loss` and their total `loss` on one batch."""
+    prefix, pad_mask = vla.encode_prefix(batch.inputs, batch.text_ids, batch.text_mask)
+    _, rlt_loss = rl_token(prefix, pad_mask, vla.image_token_count)
+    vla_loss = vla.vla_loss(prefix, pad_mask, batch.chunk, batch.chunk_valid)
+    return {"loss": rlt_loss + rlt_alpha * vla_loss, "rlt_loss": rlt_loss, "vla_loss": vla_loss}
+
+
+@torch.no_grad()
+def validation_chunk_mse(vla: BuiltinVLA, sampler: DemoSampler, max_frames: int = 512) -> float:
+    """Mean squared error of the sampled reference chunk, in normalised action units."""
+    vla.eval()
+    rows = sampler.frames[:max_frames]
+    batch = sampler.batch(rows)
+    prefix, pad_mask = vla.encode_prefix(batch.inputs, batch.text_ids, batch.text_mask)
+    error = (vla.sample_chunk(prefix, pad_mask) - batch.chunk) / vla.action_std
+    weight = batch.chunk_valid[..., None].float()
+    vla.train()
+    return float((error.pow(2) * weight).sum() / (weight.sum() * error.shape[-1]))
+
+
+def split_frames(cache: FrameCache, val_episodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of training frames and of the last `val_episodes` episodes."""
+    episodes = np.unique(cache.episode_index)
+    if val_episodes >= len(episodes):
+        raise ValueError(
+            f"val_episodes={val_episodes} leaves no training data ({len(episodes)} episodes)"
+        )
+    held_out = np.isin(cache.episode_index, episodes[len(episodes) - val_episodes :])
+    return np.flatnonzero(~held_out), np.flatnonzero(held_out)
+
+
+def build_models(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToken]:
+    """Fresh VLA (norm stats from the cache, dims from its arrays) and RL token."""
+    vla_config = BuiltinVLAConfig(
+        **{
+            **asdict(args.vla),
+            "state_dim": cache.state.shape[1],
+            "action_dim": cache.actions.shape[1],
+        }
+    )
+    vla = BuiltinVLA(vla_config, NormStats.from_arrays(cache.state, cache.actions))
+    rl_token = RLToken(RLTokenConfig(**{**asdict(args.rl_token), "dim": vla_config.dim}))
+    return vla, rl_token
+
+
+class SummaryLog:
+    """TensorBoard scalars when tensorboard is installed, else the Python log only."""
+
+    def __init__(self, folder: Path) -> None:
+        """Write event files under `folder`."""
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            logger.warning("tensorboard is not installed; losses go to the log only")
+            self.writer = None
+        else:
+            self.writer = SummaryWriter(str(folder))
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        """Record each value at `step`."""
+        logger.info("step %d: %s", step, {k: round(v, 5) for k, v in values.items()})
+        if self.writer is not None:
+            for name, value in values.items():
+                self.writer.add_scalar(name, value, step)
+            self.writer.flush()
+
+
+def _save(args, vla, rl_token, optimizer, step, data_name) -> None:
+    metadata = {"step": step, "data": data_name, "rlt_alpha": args.rlt_alpha}
+    dtype = getattr(torch, args.weights_dtype)
+    save_checkpoint(args.output_dir, vla, rl_token, metadata, weights_dtype=dtype)
+    state = {"step": step, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()}
+    torch.save(state, args.output_dir / TRAINING_STATE_FILE)
+
+
+def _restore(args: TrainArgs, optimizer: torch.optim.Optimizer) -> int:
+    state = torch.load(args.output_dir / TRAINING_STATE_FILE, weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    return int(state["step"])
+
+
+def _prepare(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToken]:
+    """Fresh models, or those of the checkpoint being resumed."""
+    resuming = args.resume and (args.output_dir / TRAINING_STATE_FILE).is_file()
+    if args.output_dir.exists() and not resuming:
+        raise FileExistsError(
+            f"output dir {args.output_dir} exists; pass --resume to continue it or choose a"
+            " new path"
+        )
+    if resuming:
+        vla, rl_token, _ = load_checkpoint(args.output_dir)
+        return vla, rl_token
+    return build_models(args, cache)
+
+
+def train(args: TrainArgs) -> Path:
+    """Run Stage 1 and return the checkpoint folder.
+
+    Raises:
+        FileExistsError: When `output_dir` exists and `resume` is off.
+    """
+    torch.manual_seed(args.seed)
+    cache = load_frames(args.data)
+    vla, rl_token = _prepare(args, cache)
+    vla, rl_token = vla.to(args.device).train(), rl_token.to(args.device).train()
+    parameters = [*vla.parameters(), *rl_token.parameters()]
+    optimizer = torch.optim.AdamW(parameters, lr=args.learning_rate, weight_decay=args.weight_decay)
+    train_rows, val_rows = split_frames(cache, args.val_episodes)
+    sampler = DemoSampler(cache, vla, train_rows, args.device)
+    val_sampler = DemoSampler(cache, vla, val_rows, args.device) if len(val_rows) else None
+    resuming = args.resume and (args.output_dir / TRAINING_STATE_FILE).is_file()
+    start_step = _restore(args, optimizer) if resuming else 0
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    log = SummaryLog(args.output_dir / "tensorboard")
+    for step in tqdm(range(start_step + 1, args.steps + 1), desc="stage 1", initial=start_step):
+        losses = stage1_losses(
+            vla,
+            rl_token,
+            sampler.random_batch(args.batch_size, args.image_shift_px),
+            args.rlt_alpha,
+        )
+        optimizer.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimizer.step()
+        if step % args.log_every == 0 or step == args.steps:
+            scalars = {f"train/{name}": value.item() for name, value in losses.items()}
+            if val_sampler is not None:
+                scalars["val/chunk_mse"] = validation_chunk_mse(vla, val_sampler)
+            log.scalars(scalars, step)
+        if step % args.save_every == 0 or step == args.steps:
+            _save(args, vla, rl_token, optimizer, step, Path(args.data).name)
+    return args.output_dir
+
+
+def export_cache(args: ExportCacheArgs) -> Path:
+    """Write the frame cache of a LeRobot dataset; returns the cache path."""
+    if args.output.exists():
+        raise FileExistsError(f"cache {args.output} exists; choose a new path or remove it")
+    cache_from_lerobot(args.dataset).save(args.output)
+    return args.output
+
+
+Command = (
+    Annotated[ExportCacheArgs, tyro.conf.subcommand("export-cache")]
+    | Annotated[TrainArgs, tyro.conf.subcommand("train")]
+)
+
+
+def main() -> None:
+    """Entry point of `rpent-stage1`."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = tyro.cli(Command)
+    try:
+        result = export_cache(args) if isinstance(args, ExportCacheArgs) else train(args)
+    except (FileExistsError, FileNotFoundError, KeyError, ValueError) as error:
+        raise SystemExit(f"rpent-stage1: {error}") from error
+    logger.info("wrote %s", Path(result).resolve())
+
+
+if __name__ == "__main__":
+    main()

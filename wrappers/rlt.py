@@ -1,0 +1,190 @@
+"""RLTObservation: featurize observations for RL-token agents and execute whole action chunks.
+
+The wrapped env is a raw per-step env (DESIGN.md §2: `image`, `wrist_image`, `state`, the
+instruction as `info["task"]` or `env.unwrapped.task_description`). Once per chunk a feature
+model turns the raw observation into `z_rl` and a reference chunk; the agent answers with a
+chunk of H actions that runs step by step.
+
+The feature model is any object with `rlt_features(observations, instructions)` returning
+`z_rl` (B, D) and `ref_chunk` (B, H_ref, A) numpy arrays, plus the attributes `z_dim`,
+`chunk_len` (H_ref) and `action_dim` (`rpent_agents.features.RLTFeaturizer` or a remote client).
+It runs its network under no_grad on its own device; this module imports neither torch nor
+`rpent_agents`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from wrappers.chunking import StepPolicy, execute_chunk
+
+
+class RLTFeatureSource(Protocol):
+    """What RLTObservation needs from a feature model (see the module doc)."""
+
+    z_dim: int
+    chunk_len: int
+    action_dim: int
+
+    def rlt_features(self, observations: list[Any], instructions: list[str]) -> Any:
+        """An object with `z_rl` (B, D) and `ref_chunk` (B, H_ref, A) numpy arrays."""
+        ...
+
+
+class RLTObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Observation Dict(`z_rl`, `proprio`, `ref_chunk`); action = one chunk of H actions.
+
+    `step(action)` takes the chunk flat (H*A,) in [-1, 1] and runs it with `step_chunk`.
+    `step_chunk(chunk)` runs an (>= H, A) array in env action units, or a closed-loop step
+    policy (raw observation -> one action), for at most H steps, stopping at termination or
+    truncation; wrappers above (the policy switch) call it with the reference chunk, the actor's
+    chunk or an expert. The reward is the sum over the executed steps.
+
+    Observation: `z_rl` float32 (D,), `proprio` float32 (P,) = the raw `state`, `ref_chunk`
+    float32 (H_ref, A) = the feature model's reference chunk clipped to the action bounds.
+    `raw_observation` holds the latest raw observation (for step policies and recorders).
+
+    Info of a step: the last executed step's info (e.g. `success`, `is_grasped`,
+    `peg_head_pos_at_hole`, `hole_radius`, `task`) plus `chunk_rewards` (per-step rewards, for
+    chunked TD), `chunk_len` (steps executed), `executed_action` ((chunk_len, A) as executed)
+    and `step_infos` (the info of every executed step).
+
+    Example:
+        >>> env = gym.make("RPent/PegInsertionSideWideClearance-v1", image_size=64)
+        >>> env = RLTObservation(env, load_featurizer(), chunk_len=10)
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step_chunk(obs["ref_chunk"])
+        >>> info["chunk_len"], len(info["chunk_rewards"])
+        (10, 10)
+    """
+
+    def __init__(self, env: gym.Env, feature_model: RLTFeatureSource, chunk_len: int = 10):
+        """Wrap a raw per-step env.
+
+        Args:
+            env: Raw env with a Dict observation holding `state`, and a [-1, 1] Box action.
+            feature_model: Source of `z_rl` and the reference chunk (see the module doc).
+            chunk_len: Actor chunk length H; at most the feature model's `chunk_len` (H_ref).
+
+        Raises:
+            ValueError: When the spaces do not fit the feature model or the chunk length.
+        """
+        gym.utils.RecordConstructorArgs.__init__(
+            self, _disable_deepcopy=True, feature_model=feature_model, chunk_len=chunk_len
+        )
+        gym.Wrapper.__init__(self, env)
+        self.feature_model = feature_model
+        self.chunk_len = chunk_len
+        self.step_action_space = _check_action_space(env.action_space, feature_model.action_dim)
+        if not 1 <= chunk_len <= feature_model.chunk_len:
+            raise ValueError(
+                f"chunk_len={chunk_len} must be between 1 and the feature model's reference"
+                f" chunk length {feature_model.chunk_len}"
+            )
+        state_space = getattr(env.observation_space, "spaces", {}).get("state")
+        if state_space is None:
+            raise ValueError(f"RLTObservation needs a Dict observation with 'state', got {env}")
+        self.observation_space = _observation_space(feature_model, state_space, env.action_space)
+        flat_size = chunk_len * feature_model.action_dim
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (flat_size,), np.float32)
+        self.raw_observation: Any = None
+        self.instruction = ""
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Reset the env and featurize its first observation."""
+        self.raw_observation, info = self.env.reset(seed=seed, options=options)
+        task = info["task"] if "task" in info else self.env.unwrapped.task_description
+        self.instruction = str(task)
+        return self._featurize(self.raw_observation), info
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
+        """Execute the flat chunk `action` (H*A,) in [-1, 1]; see `step_chunk`."""
+        action = np.asarray(action, dtype=np.float32)
+        if action.size != self.action_space.shape[0]:
+            raise ValueError(
+                f"action has shape {action.shape}; expected ({self.action_space.shape[0]},)"
+            )
+        return self.step_chunk(action.reshape(self.chunk_len, self.feature_model.action_dim))
+
+    def step_chunk(
+        self, chunk: np.ndarray | StepPolicy
+    ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        """Run up to H steps of `chunk` ((>= H, A) env-unit array, or a step policy).
+
+        Returns:
+            The featurized observation after the chunk, the summed reward, terminated,
+            truncated, and the info described in the class doc.
+        """
+        step_infos: list[dict[str, Any]] = []
+        tap = _InfoTap(self.env, step_infos)
+        result = execute_chunk(tap, self.raw_observation, chunk, self.chunk_len)
+        self.raw_observation = result.observation
+        info = {
+            **result.info,
+            "chunk_rewards": np.asarray(result.rewards, dtype=np.float32),
+            "chunk_len": len(result.rewards),
+            "executed_action": result.executed_actions,
+            "step_infos": step_infos,
+        }
+        observation = self._featurize(result.observation)
+        return observation, float(sum(result.rewards)), result.terminated, result.truncated, info
+
+    def _featurize(self, raw_observation: Any) -> dict[str, np.ndarray]:
+        features = self.feature_model.rlt_features([raw_observation], [self.instruction])
+        ref_space = self.observation_space["ref_chunk"]
+        return {
+            "z_rl": np.asarray(features.z_rl[0], dtype=np.float32),
+            "proprio": np.asarray(raw_observation["state"], dtype=np.float32),
+            "ref_chunk": np.clip(features.ref_chunk[0], ref_space.low, ref_space.high).astype(
+                np.float32
+            ),
+        }
+
+
+class _InfoTap(gym.Wrapper):
+    """Passes steps through and keeps every step's info (for per-step gate signals)."""
+
+    def __init__(self, env: gym.Env, step_infos: list[dict[str, Any]]) -> None:
+        super().__init__(env)
+        self.step_infos = step_infos
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        outputs = self.env.step(action)
+        self.step_infos.append(outputs[4])
+        return outputs
+
+
+def _check_action_space(space: gym.Space, action_dim: int) -> gym.spaces.Box:
+    if not (
+        isinstance(space, gym.spaces.Box)
+        and space.shape == (action_dim,)
+        and np.all(space.low == -1.0)
+        and np.all(space.high == 1.0)
+    ):
+        raise ValueError(
+            f"RLTObservation needs a Box(-1, 1, ({action_dim},)) action space matching the"
+            f" feature model's action_dim; the env has {space}"
+        )
+    return space
+
+
+def _observation_space(
+    feature_model: RLTFeatureSource, state_space: gym.spaces.Box, action_space: gym.spaces.Box
+) -> gym.spaces.Dict:
+    ref_shape = (feature_model.chunk_len, feature_model.action_dim)
+    return gym.spaces.Dict(
+        {
+            "z_rl": gym.spaces.Box(-np.inf, np.inf, (feature_model.z_dim,), np.float32),
+            "proprio": gym.spaces.Box(-np.inf, np.inf, state_space.shape, np.float32),
+            "ref_chunk": gym.spaces.Box(
+                np.broadcast_to(action_space.low, ref_shape).astype(np.float32),
+                np.broadcast_to(action_space.high, ref_shape).astype(np.float32),
+                dtype=np.float32,
+            ),
+        }
+    )
