@@ -18,6 +18,7 @@ import numpy as np
 
 ACTION_KEY = "actions"
 IMAGE_NAMES = ["height", "width", "channel"]
+MIN_VIDEO_SIZE_PX = 32  # LeRobot's default AV1 encoder (SVT-AV1) dies of SIGFPE below ~26 px
 
 
 def is_image(value: np.ndarray) -> bool:
@@ -37,11 +38,20 @@ def dataset_features(
 
     Returns:
         The `features` argument of `LeRobotDataset.create`.
+
+    Raises:
+        ValueError: For an unsupported value, or images too small to encode as video.
     """
     features: dict[str, dict[str, Any]] = {}
     for key, value in observation.items():
         value = np.asarray(value)
         if is_image(value):
+            if use_videos and min(value.shape[:2]) < MIN_VIDEO_SIZE_PX:
+                raise ValueError(
+                    f"observation[{key!r}] is {value.shape[0]}x{value.shape[1]} px, too small to"
+                    f" encode as video (at least {MIN_VIDEO_SIZE_PX} px); store images as PNG"
+                    " frames instead (use_videos=False, CLI flag --no-use-videos)"
+                )
             dtype = "video" if use_videos else "image"
             features[key] = {"dtype": dtype, "shape": value.shape, "names": IMAGE_NAMES}
         elif value.dtype.kind == "f" and value.ndim == 1:

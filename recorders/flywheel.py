@@ -1,0 +1,342 @@
+"""The flywheel export (DESIGN.md §7): trajectory records -> LeRobot dataset + report.
+
+Successful, VLA-driven actions of trajectory records become a LeRobot v3.0 dataset at
+`O/train/`, and `O/report.json` counts every exclusion by reason. The raw records are only
+read. `O` must not exist and appears only when complete (it is built in a hidden temporary
+sibling and renamed at the end). With nothing eligible, `O` holds only the report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from recorders import record_format as fmt
+from recorders.flywheel_rules import (
+    VERDICT_REASONS,
+    KeptAction,
+    contiguous_runs,
+    select_actions,
+    task_exclusion,
+)
+from recorders.lerobot_io import ACTION_KEY, create_dataset, dataset_features, staged_output_dir
+from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
+
+logger = logging.getLogger(__name__)
+REPORT_FILE = "report.json"
+DATASET_DIR = "train"
+TASK_KEY = "task"
+
+
+class MixedRecordsError(ValueError):
+    """The input holds records of more than one robot, env or control rate."""
+
+
+@dataclass
+class TaskOutcome:
+    """What the export did with one task folder.
+
+    Attributes:
+        path: Task folder relative to the input root.
+        task_id: `task.json`'s task id (None when unreadable).
+        reason: Why the whole task was not exported (None: exported).
+        actions_seen: Lines of `actions.jsonl` (read only for successful tasks).
+        episodes: Dataset episodes made from the task.
+        frames: Dataset frames made from the task.
+        excluded_actions: Dropped actions by reason.
+        excluded_predictions: Invalid prediction records by reason.
+        excluded_planner_records: Invalid planner records by reason.
+    """
+
+    path: str
+    task_id: str | None = None
+    reason: str | None = None
+    actions_seen: int = 0
+    episodes: int = 0
+    frames: int = 0
+    excluded_actions: Counter[str] = field(default_factory=Counter)
+    excluded_predictions: Counter[str] = field(default_factory=Counter)
+    excluded_planner_records: Counter[str] = field(default_factory=Counter)
+
+    def to_json(self) -> dict[str, Any]:
+        """The outcome as a JSON object (counters sorted by reason)."""
+        return {
+            key: dict(sorted(value.items())) if isinstance(value, Counter) else value
+            for key, value in vars(self).items()
+        }
+
+
+@dataclass
+class ExportReport:
+    """Counts of one export; `to_json()` is what `report.json` holds."""
+
+    input_root: str
+    output_dir: str
+    dataset_dir: str | None = None
+    env_id: str | None = None
+    robot: str | None = None
+    fps: int | None = None
+    tasks: list[TaskOutcome] = field(default_factory=list)
+
+    @property
+    def frames(self) -> int:
+        """Frames written to the dataset."""
+        return sum(task.frames for task in self.tasks)
+
+    @property
+    def episodes(self) -> int:
+        """Episodes written to the dataset."""
+        return sum(task.episodes for task in self.tasks)
+
+    def excluded(self, category: str) -> dict[str, int]:
+        """Exclusion counts summed over tasks; `category` is "tasks" or a TaskOutcome counter."""
+        if category == "tasks":
+            return dict(sorted(Counter(t.reason for t in self.tasks if t.reason).items()))
+        total: Counter[str] = Counter()
+        for task in self.tasks:
+            total.update(getattr(task, f"excluded_{category}"))
+        return dict(sorted(total.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON object (counts first, then per-task details)."""
+        return {
+            "input_root": self.input_root,
+            "output_dir": self.output_dir,
+            "dataset_dir": self.dataset_dir,
+            "env_id": self.env_id,
+            "robot": self.robot,
+            "fps": self.fps,
+            "counts": {
+                "tasks_seen": len(self.tasks),
+                "tasks_exported": sum(task.reason is None for task in self.tasks),
+                "episodes": self.episodes,
+                "frames": self.frames,
+                "actions_seen": sum(task.actions_seen for task in self.tasks),
+            },
+            "excluded": {
+                category: self.excluded(category)
+                for category in ("tasks", "actions", "predictions", "planner_records")
+            },
+            "tasks": [task.to_json() for task in self.tasks],
+        }
+
+
+@dataclass
+class _Task:
+    reader: TrajectoryReader
+    task: dict[str, Any]
+    outcome: TaskOutcome
+
+
+def _read_tasks(input_root: Path, report: ExportReport) -> list[_Task]:
+    """Read every `task.json`; tasks that cannot be exported only get their outcome."""
+    task_dirs, incomplete = find_task_dirs(input_root)
+    for folder in incomplete:
+        report.tasks.append(TaskOutcome(path=_relative(folder, input_root), reason="no_task_json"))
+    readable = []
+    for folder in task_dirs:
+        outcome = TaskOutcome(path=_relative(folder, input_root))
+        report.tasks.append(outcome)
+        reader = TrajectoryReader(folder)
+        try:
+            task = reader.read_task()
+        except RecordError as error:
+            outcome.reason = error.reason
+            continue
+        outcome.task_id = task.get("task_id") if isinstance(task.get("task_id"), str) else None
+        outcome.reason = task_exclusion(task)
+        if outcome.reason is None or outcome.reason in VERDICT_REASONS:
+            readable.append(_Task(reader, task, outcome))
+    report.tasks.sort(key=lambda outcome: outcome.path)
+    return readable
+
+
+def _relative(folder: Path, root: Path) -> str:
+    return folder.relative_to(root).as_posix() if folder != root else "."
+
+
+def _check_one_robot(tasks: list[_Task], report: ExportReport) -> None:
+    """Refuse inputs that mix env ids, robots or control rates (one robot per export)."""
+    groups: dict[tuple[Any, Any, Any], list[str]] = {}
+    for item in tasks:
+        key = (item.task["env_id"], item.task["robot"], item.task["fps"])
+        groups.setdefault(key, []).append(item.outcome.path)
+    if len(groups) > 1:
+        listing = "; ".join(
+            f"env_id={env_id!r} robot={robot!r} fps={fps}: {paths[0]} and {len(paths) - 1} more"
+            for (env_id, robot, fps), paths in groups.items()
+        )
+        raise MixedRecordsError(
+            f"{report.input_root} mixes records of different envs/robots ({listing}); export one"
+            " robot at a time by passing a narrower --input-root"
+        )
+    if groups:
+        report.env_id, report.robot, report.fps = next(iter(groups))
+
+
+def _vector(values: Any) -> np.ndarray:
+    floats = [fmt.float_from_json(value) for value in values] if isinstance(values, list) else None
+    if not floats or any(value is None for value in floats):
+        raise RecordError("observation_wrong_type", f"observation vector {values!r}")
+    vector = np.asarray(floats, dtype=np.float32)
+    if not np.all(np.isfinite(vector)):
+        raise RecordError("observation_not_finite", f"observation vector {values!r}")
+    return vector
+
+
+def load_frame(reader: TrajectoryReader, kept: KeptAction) -> dict[str, Any]:
+    """A LeRobot frame (observation arrays, action, instruction) of one kept action.
+
+    Raises:
+        RecordError: When an image is missing or unreadable, or a vector is malformed.
+    """
+    frame: dict[str, Any] = {}
+    for key, value in kept.observation.items():
+        frame[key] = reader.load_image(value) if isinstance(value, str) else _vector(value)
+    frame[ACTION_KEY] = kept.action
+    frame[TASK_KEY] = kept.instruction
+    return frame
+
+
+class _DatasetSink:
+    """Creates the dataset at the first frame and keeps every later frame to its features."""
+
+    def __init__(self, root: Path, report: ExportReport, use_videos: bool, threads: int) -> None:
+        self.root = root
+        self.report = report
+        self.use_videos = use_videos
+        self.threads = threads
+        self.dataset = None
+        self.signature: dict[str, tuple[tuple[int, ...], str]] | None = None
+
+    def check(self, frame: dict[str, Any]) -> None:
+        """Raise RecordError("observation_mismatch") when `frame` differs from the first."""
+        signature = {
+            key: (np.shape(value), np.asarray(value).dtype.str)
+            for key, value in frame.items()
+            if key != TASK_KEY
+        }
+        if self.signature is None:
+            self.signature = signature
+        elif signature != self.signature:
+            raise RecordError("observation_mismatch", f"frame keys/shapes {signature}")
+
+    def write_episode(self, frames: list[dict[str, Any]]) -> None:
+        if self.dataset is None:
+            observation = {k: v for k, v in frames[0].items() if k not in (ACTION_KEY, TASK_KEY)}
+            features = dataset_features(
+                observation, len(frames[0][ACTION_KEY]), use_videos=self.use_videos
+            )
+            self.dataset = create_dataset(
+                self.root,
+                self.report.fps,
+                features,
+                robot_type=self.report.robot or "unknown",
+                dataset_name=Path(self.report.output_dir).name,
+                image_writer_threads=self.threads,
+            )
+        for frame in frames:
+            self.dataset.add_frame(frame)
+        self.dataset.save_episode()
+
+    def finalize(self) -> None:
+        if self.dataset is not None:
+            self.dataset.finalize()
+            # LeRobot leaves its (now empty) image staging folders behind.
+            shutil.rmtree(self.root / "images", ignore_errors=True)
+
+
+def _write_episode(sink: _DatasetSink, outcome: TaskOutcome, frames: list[dict[str, Any]]) -> None:
+    if frames:
+        sink.write_episode(frames)
+        outcome.episodes += 1
+        outcome.frames += len(frames)
+
+
+def _export_task(item: _Task, sink: _DatasetSink) -> None:
+    """Select, load and write the frames of one successful task."""
+    reader, outcome = item.reader, item.outcome
+    actions = reader.read_records(fmt.ACTIONS_FILE)
+    if actions.problems == [(0, "file_missing")]:
+        outcome.reason = "actions_file_missing"
+        return
+    selection = select_actions(
+        reader.read_records(fmt.PLANNERS_FILE), reader.read_records(fmt.PREDICTIONS_FILE), actions
+    )
+    outcome.actions_seen = selection.actions_seen
+    outcome.excluded_actions = selection.excluded_actions
+    outcome.excluded_predictions = selection.excluded_predictions
+    outcome.excluded_planner_records = selection.excluded_planner_records
+    for run in contiguous_runs(selection.kept):
+        frames: list[dict[str, Any]] = []
+        for kept in run:
+            try:
+                frame = load_frame(reader, kept)
+                sink.check(frame)
+            except RecordError as error:
+                outcome.excluded_actions[error.reason] += 1
+                _write_episode(sink, outcome, frames)  # a dropped action ends the run
+                frames = []
+                continue
+            frames.append(frame)
+        _write_episode(sink, outcome, frames)
+    if outcome.frames == 0:
+        outcome.reason = "no_exportable_actions"
+
+
+def export_flywheel(
+    input_root: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    image_writer_threads: int = 0,
+    use_videos: bool = True,
+) -> ExportReport:
+    """Export the successful, VLA-driven actions under `input_root` to `output_dir`.
+
+    Args:
+        input_root: One task folder (holds `task.json`), a run folder or any parent.
+        output_dir: Folder to create: dataset in `train/`, counts in `report.json`.
+        image_writer_threads: LeRobot image writer threads (0: one image at a time).
+        use_videos: Store camera images as MP4 videos (True) or PNG frames (False).
+
+    Returns:
+        The report (also written to `output_dir/report.json`).
+
+    Raises:
+        FileExistsError: When `output_dir` exists.
+        FileNotFoundError: When `input_root` is not a folder.
+        MixedRecordsError: When the records mix envs, robots or control rates.
+        ValueError: When `output_dir` lies inside `input_root`.
+    """
+    input_root, output_dir = Path(input_root).resolve(), Path(output_dir).resolve()
+    if output_dir.is_relative_to(input_root):
+        raise ValueError(
+            f"output dir {output_dir} is inside input root {input_root}; raw records are never"
+            " modified, choose an output dir outside it"
+        )
+    if output_dir.exists():
+        raise FileExistsError(f"output dir {output_dir} already exists; choose a new path")
+    report = ExportReport(input_root=str(input_root), output_dir=str(output_dir))
+    tasks = _read_tasks(input_root, report)
+    _check_one_robot(tasks, report)
+    with staged_output_dir(output_dir) as staging:
+        staging.mkdir()
+        sink = _DatasetSink(staging / DATASET_DIR, report, use_videos, image_writer_threads)
+        eligible = [item for item in tasks if item.outcome.reason is None]
+        for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
+            _export_task(item, sink)
+        sink.finalize()
+        if sink.dataset is not None:
+            report.dataset_dir = str(output_dir / DATASET_DIR)
+        text = json.dumps(report.to_json(), indent=2)
+        (staging / REPORT_FILE).write_text(text + "\n", encoding="utf-8")
+    logger.info("exported %d frames, %d episodes to %s", report.frames, report.episodes, output_dir)
+    return report

@@ -1,0 +1,170 @@
+"""The trajectory record format on disk: names, JSON encoding, atomic and append-only writes.
+
+One task is one folder `<output-dir>/trajectories/<task_id>/` (DESIGN.md §6). JSON never
+contains NaN or infinity: non-finite floats are written as the strings "NaN", "Infinity" and
+"-Infinity", so every line stays valid JSON even when an action or a reward is not a number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+TRAJECTORIES_DIR = "trajectories"
+TASK_FILE = "task.json"
+PLANNERS_FILE = "planners.jsonl"
+PREDICTIONS_FILE = "predictions.jsonl"
+ACTIONS_FILE = "actions.jsonl"
+ARTIFACTS_DIR = "artifacts"
+NON_FINITE_NAMES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _float_to_json(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def to_json_safe(value: Any) -> Any:
+    """Convert numpy arrays and scalars, tuples and paths into plain JSON values.
+
+    Non-finite floats become "NaN" / "Infinity" / "-Infinity"; objects JSON cannot hold become
+    their `repr`, so a record is always written rather than lost.
+
+    Args:
+        value: Any nested structure of dicts, lists, numbers, strings and arrays.
+
+    Returns:
+        A structure `json.dumps(..., allow_nan=False)` accepts.
+    """
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and np.isfinite(value).all():
+            return value.tolist()
+        return to_json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return _float_to_json(value)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): to_json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json_safe(item) for item in value]
+    if isinstance(value, Path):
+        return value.as_posix()
+    return repr(value)
+
+
+def dumps_record(record: Mapping[str, Any]) -> str:
+    """One JSON line (no newline) for `record`, NaN-safe."""
+    return json.dumps(to_json_safe(record), allow_nan=False, separators=(",", ":"))
+
+
+def float_from_json(value: Any) -> float | None:
+    """A float from a JSON number or a non-finite name; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return NON_FINITE_NAMES.get(value)
+    return None
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write `payload` to `path` through a temporary sibling and a rename (never half-written).
+
+    Args:
+        path: Destination file.
+        payload: JSON object to write (made NaN-safe).
+    """
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    text = json.dumps(to_json_safe(payload), allow_nan=False, indent=2)
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+class JsonlAppender:
+    """An append-only JSONL file: each record is one `write` of a full line, then a flush.
+
+    A crash (even SIGKILL) loses at most the record being written; every earlier line is
+    complete on disk.
+    """
+
+    def __init__(self, path: Path) -> None:
+        """Open `path` for appending (created when missing)."""
+        self.path = path
+        self._handle = open(path, "a", encoding="utf-8")
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Write `record` as one line and flush it to the OS."""
+        self._handle.write(dumps_record(record) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        self._handle.close()
+
+
+@dataclass
+class JsonlContents:
+    """The readable records of a JSONL file and the lines that could not be read.
+
+    Attributes:
+        records: (line number from 1, parsed JSON object) of every valid line.
+        problems: (line number, reason) of every unreadable line; reasons are
+            "truncated_last_line" (an unterminated last line, e.g. after a crash),
+            "invalid_json" and "not_an_object".
+    """
+
+    records: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    problems: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _parse_line(raw_line: bytes) -> dict[str, Any] | str:
+    """The JSON object of one line, or the reason it is not one."""
+    try:
+        value = json.loads(raw_line.decode("utf-8"), parse_constant=lambda name: name)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return "invalid_json"
+    return value if isinstance(value, dict) else "not_an_object"
+
+
+def read_jsonl(path: Path) -> JsonlContents:
+    """Read every complete JSON-object line of `path`; never raises on bad content.
+
+    Args:
+        path: A JSONL file written by `JsonlAppender` (or damaged by hand or by a crash).
+
+    Returns:
+        The readable records and the problems found, in line order.
+    """
+    contents = JsonlContents()
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    for index, raw_line in enumerate(lines):
+        is_last = index == len(lines) - 1
+        if not raw_line.strip():
+            continue
+        parsed = _parse_line(raw_line)
+        if isinstance(parsed, dict):
+            contents.records.append((index + 1, parsed))
+        elif is_last:  # the file does not end with a newline: the writer stopped mid-line
+            contents.problems.append((index + 1, "truncated_last_line"))
+        else:
+            contents.problems.append((index + 1, parsed))
+    return contents

@@ -1,0 +1,451 @@
+"""Trajectory records (DESIGN.md §6): `TrajectoryWriter` writes them, `TrajectoryReader` reads them.
+
+One writer records one run: every task (episode) gets its own folder
+`<output_dir>/trajectories/<task_id>/` with `task.json`, `planners.jsonl`, `predictions.jsonl`,
+`actions.jsonl` and `artifacts/` (PNG images of the pre-action observations). The writer is
+also the run's `ProvenanceLog`: planners, VLA tools and policy switches log through it.
+
+Ids (`req-N`, `call-N`, `pred-N`) are unique over the writer's whole life, so an id kept from
+an earlier task can never link to a record of the current one. An action label
+(`set_action_source`) lasts until the next call or until the task is closed; a new task starts
+with `default_source`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recorders import record_format as fmt
+from recorders.image_writer import BackgroundImageWriter, ImageWriteError
+from recorders.lerobot_io import is_image
+from recorders.provenance import ACTION_SOURCES, ActionSource
+from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
+
+__all__ = [
+    "ActionLabel",
+    "RecordError",
+    "TaskMetadata",
+    "TrajectoryReader",
+    "TrajectoryWriter",
+    "find_task_dirs",
+]
+END_REASONS = ("terminated", "truncated", "reset", "closed")
+
+
+@dataclass
+class TaskMetadata:
+    """What `task.json` says about a task, so that its episode can be replayed and grouped.
+
+    Attributes:
+        env_id: Gymnasium id of the env (`env.spec.id`), None when it was not made by id.
+        env_kwargs: Keyword arguments the env was made with (`env.spec.kwargs`).
+        robot: Robot name (one robot per export); None when unknown.
+        fps: Control frequency, the dataset's frames per second.
+        instruction: The env's language instruction.
+        seed: Seed passed to `reset`, None when unseeded.
+        episode_seed: Seed that replays the episode (`info["episode_seed"]`) when the env says.
+        reset_options: `options` passed to `reset`.
+        suite: Benchmark suite (LIBERO, ...), when there is one.
+        task_index: Task index within the suite.
+        planner: Who planned, e.g. {"kind": "llm", "model": "..."}.
+        extra: Anything else the caller wants stored.
+    """
+
+    env_id: str | None
+    fps: int
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    robot: str | None = None
+    instruction: str | None = None
+    seed: int | None = None
+    episode_seed: int | None = None
+    reset_options: dict[str, Any] | None = None
+    suite: str | None = None
+    task_index: int | None = None
+    planner: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ActionLabel:
+    """Where the next executed actions come from (see `ProvenanceLog.set_action_source`)."""
+
+    source: ActionSource | None
+    call_id: str | None = None
+    prediction_id: str | None = None
+    next_index: int = 0
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "task"
+
+
+class _OpenTask:
+    """Files of the task being recorded."""
+
+    def __init__(self, task_dir: Path, task_json: dict[str, Any]) -> None:
+        self.dir = task_dir
+        self.task_json = task_json
+        (task_dir / fmt.ARTIFACTS_DIR).mkdir()
+        fmt.write_json_atomic(task_dir / fmt.TASK_FILE, task_json)
+        self.planners = fmt.JsonlAppender(task_dir / fmt.PLANNERS_FILE)
+        self.predictions = fmt.JsonlAppender(task_dir / fmt.PREDICTIONS_FILE)
+        self.actions = fmt.JsonlAppender(task_dir / fmt.ACTIONS_FILE)
+        self.step = 0
+        self.finished = False
+        self.image_failures_before = 0
+
+    def close_files(self) -> None:
+        for appender in (self.planners, self.predictions, self.actions):
+            appender.close()
+
+
+class TrajectoryWriter:
+    """Records tasks of one run under `output_dir/trajectories/` and logs their provenance.
+
+    Implements `recorders.provenance.ProvenanceLog`. `RecordTrajectory` drives it from an env;
+    it can also be driven by hand (a real-robot script).
+
+    Example:
+        >>> writer = TrajectoryWriter("runs/r1", default_source="scripted")
+        >>> writer.start_task(TaskMetadata(env_id="RPent/PegInsertionSideWideClearance-v1", fps=10))
+        'RPent_PegInsertionSideWideClearance-v1-seedNone-ep0000'
+        >>> writer.record_action(action, observation, reward=0.0, terminated=False, truncated=False)
+        >>> writer.finish_task(environment_success=False, end_reason="truncated")
+        >>> writer.close()
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike[str],
+        *,
+        default_source: ActionSource | None = None,
+        image_writer_threads: int = 1,
+        image_queue_size: int = 64,
+    ) -> None:
+        """Prepare `output_dir/trajectories/` (an existing run folder gets new tasks added).
+
+        Args:
+            output_dir: Run folder.
+            default_source: Source recorded for actions nobody labelled (None: recorded as
+                null, i.e. unknown; the exporter drops them).
+            image_writer_threads: Threads writing PNG images (0: in the caller's thread).
+            image_queue_size: Images that may wait for a writer thread before recording blocks.
+        """
+        _check_source(default_source, allow_none=True)
+        self.output_dir = Path(output_dir)
+        self.trajectories_dir = self.output_dir / fmt.TRAJECTORIES_DIR
+        self.trajectories_dir.mkdir(parents=True, exist_ok=True)
+        self.default_source = default_source
+        self._images = BackgroundImageWriter(image_writer_threads, image_queue_size)
+        self._lock = threading.RLock()
+        self._task: _OpenTask | None = None
+        self._label = ActionLabel(default_source)
+        self._id_counts = {"req": 0, "call": 0, "pred": 0}
+        self._tasks_started = 0
+        self._closed = False
+        atexit.register(self.close)
+
+    @property
+    def task_dir(self) -> Path | None:
+        """Folder of the task being recorded, None between tasks."""
+        return self._task.dir if self._task else None
+
+    def start_task(self, metadata: TaskMetadata, task_id: str | None = None) -> str:
+        """Open a new task folder (closing the current task first) and write its `task.json`.
+
+        Args:
+            metadata: What the task is (env, seed, instruction, ...).
+            task_id: Folder name; None derives `<env>-seed<seed>-ep<episode>` and adds a
+                suffix when that folder exists.
+
+        Returns:
+            The task id.
+
+        Raises:
+            FileExistsError: When the explicit `task_id` folder exists (never overwritten).
+            ValueError: When `task_id` is not a plain folder name.
+        """
+        with self._lock:
+            self._require_open()
+            self.close_task()
+            task_dir = self._make_task_dir(metadata, task_id)
+            task_json = {
+                "schema_version": fmt.SCHEMA_VERSION,
+                "task_id": task_dir.name,
+                "episode_index": self._tasks_started,
+                **asdict(metadata),
+                "default_source": self.default_source,
+                "started_at": _now(),
+                "finished_at": None,
+                "result": {"environment_success": None, "end_reason": None, "steps": 0},
+            }
+            self._task = _OpenTask(task_dir, task_json)
+            self._task.image_failures_before = self._images.failure_count
+            self._tasks_started += 1
+            return task_dir.name
+
+    def record_action(
+        self,
+        action: Any,
+        observation: Mapping[str, Any],
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+    ) -> None:
+        """Append one executed action with its pre-action observation and the current label.
+
+        Images of `observation` (uint8 HxWx3) go to `artifacts/` on the writer threads.
+
+        Raises:
+            RuntimeError: When no task is open.
+            ImageWriteError: When an earlier image write failed.
+        """
+        with self._lock:
+            task = self._require_task()
+            step = task.step
+            label = self._label
+            images, observation_record = self._split_observation(step, observation)
+            record = {
+                "step": step,
+                "action": np.asarray(action),
+                "source": label.source,
+                "call_id": label.call_id,
+                "prediction_id": label.prediction_id,
+                "index": label.next_index if label.prediction_id is not None else None,
+                "observation": observation_record,
+                "reward": float(reward),
+                "terminated": bool(terminated),
+                "truncated": bool(truncated),
+                "time": time.time(),
+            }
+            task.actions.append(record)
+            task.step += 1
+            if label.prediction_id is not None:
+                label.next_index += 1
+            for relative_path, image in images:  # after the line: a failure loses no record
+                self._images.submit(task.dir / relative_path, image)
+
+    def finish_task(self, environment_success: bool | None, end_reason: str) -> None:
+        """Write the final `task.json` of the open task (files stay open for late planner logs).
+
+        Args:
+            environment_success: The env's own verdict (`info["success"]`), None without one.
+            end_reason: "terminated", "truncated", "reset" or "closed".
+
+        Raises:
+            ImageWriteError: When an image of the task could not be written (the final
+                `task.json` is written first and names the error).
+        """
+        if end_reason not in END_REASONS:
+            raise ValueError(f"end_reason={end_reason!r}: use one of {END_REASONS}")
+        with self._lock:
+            task = self._require_task()
+            image_error = None
+            try:
+                self._images.flush()
+            except ImageWriteError as error:
+                image_error = error
+            task.task_json["finished_at"] = _now()
+            task.task_json["result"] = {
+                "environment_success": environment_success,
+                "end_reason": end_reason,
+                "steps": task.step,
+                "image_write_failures": self._images.failure_count - task.image_failures_before,
+                "image_write_error": str(image_error) if image_error else None,
+            }
+            fmt.write_json_atomic(task.dir / fmt.TASK_FILE, task.task_json)
+            task.finished = True
+            if image_error is not None:
+                raise image_error
+
+    def close_task(self, end_reason: str = "closed") -> None:
+        """Close the open task's files; an unfinished task is finished without a verdict."""
+        with self._lock:
+            task = self._task
+            if task is None:
+                return
+            try:
+                if not task.finished:
+                    self.finish_task(environment_success=None, end_reason=end_reason)
+            finally:
+                task.close_files()
+                self._task = None
+                self._label = ActionLabel(self.default_source)
+
+    def close(self) -> None:
+        """Close the open task and stop the image writers (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self.close_task()
+            finally:
+                self._closed = True
+                atexit.unregister(self.close)
+                self._images.close()
+
+    def raise_if_failed(self) -> None:
+        """Raise `ImageWriteError` when a background image write failed."""
+        self._images.raise_if_failed()
+
+    # ProvenanceLog -------------------------------------------------------------------------
+
+    def model_request(self, model: str, messages: Any) -> str:
+        """Log a request to a planner model; returns its request id."""
+        request_id = self._next_id("req")
+        self._log_planner("model_request", request_id=request_id, model=model, messages=messages)
+        return request_id
+
+    def model_reply(self, request_id: str, content: Any) -> None:
+        """Log the model's reply to `request_id`."""
+        self._log_planner("model_reply", request_id=request_id, content=content)
+
+    def tool_call(self, name: str, arguments: dict[str, Any], request_id: str | None = None) -> str:
+        """Log a tool call (optionally made by reply `request_id`); returns its call id."""
+        call_id = self._next_id("call")
+        self._log_planner(
+            "tool_call", call_id=call_id, name=name, arguments=arguments, request_id=request_id
+        )
+        return call_id
+
+    def tool_result(self, call_id: str, result: Any) -> None:
+        """Log what tool call `call_id` returned."""
+        self._log_planner("tool_result", call_id=call_id, result=result)
+
+    def vla_prediction(self, call_id: str | None, instruction: str, model: str) -> str:
+        """Log a VLA prediction made inside tool call `call_id` from the current observation.
+
+        Returns:
+            The prediction id, to pass to `set_action_source("vla", call_id, prediction_id)`.
+        """
+        with self._lock:
+            task = self._require_task()
+            prediction_id = self._next_id("pred")
+            record = {
+                "prediction_id": prediction_id,
+                "call_id": call_id,
+                "instruction": instruction,
+                "model": model,
+                "step": task.step,
+                "time": time.time(),
+            }
+            task.predictions.append(record)
+            return prediction_id
+
+    def set_action_source(
+        self,
+        source: ActionSource,
+        call_id: str | None = None,
+        prediction_id: str | None = None,
+        start_index: int = 0,
+    ) -> None:
+        """Label the actions executed from now on (until the next call or the task's end).
+
+        Args:
+            source: "vla", "scripted", "actor", "expert" or "human".
+            call_id: Tool call the actions execute.
+            prediction_id: Prediction the actions come from; their index starts at
+                `start_index` and advances by one per executed action.
+            start_index: Index within the prediction of the next executed action.
+
+        Raises:
+            ValueError: For an unknown source or a negative `start_index`.
+        """
+        _check_source(source, allow_none=False)
+        if isinstance(start_index, bool) or not isinstance(start_index, int) or start_index < 0:
+            raise ValueError(f"start_index={start_index!r}: use an int >= 0")
+        with self._lock:
+            self._label = ActionLabel(source, call_id, prediction_id, start_index)
+
+    # internals -----------------------------------------------------------------------------
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"TrajectoryWriter({self.output_dir}) is closed")
+
+    def _require_task(self) -> _OpenTask:
+        self._require_open()
+        if self._task is None:
+            raise RuntimeError(
+                "no task is being recorded: call env.reset() on the RecordTrajectory wrapper"
+                " (or TrajectoryWriter.start_task) before logging"
+            )
+        return self._task
+
+    def _next_id(self, kind: str) -> str:
+        with self._lock:
+            identifier = f"{kind}-{self._id_counts[kind]}"
+            self._id_counts[kind] += 1
+            return identifier
+
+    def _log_planner(self, record_type: str, **fields: Any) -> None:
+        with self._lock:
+            task = self._require_task()
+            task.planners.append(
+                {"type": record_type, **fields, "step": task.step, "time": time.time()}
+            )
+
+    def _make_task_dir(self, metadata: TaskMetadata, task_id: str | None) -> Path:
+        if task_id is not None:
+            if _safe_name(task_id) != task_id:
+                raise ValueError(
+                    f"task_id={task_id!r}: use a plain folder name of letters, digits, '.', '_'"
+                    " and '-'"
+                )
+            task_dir = self.trajectories_dir / task_id
+            try:
+                task_dir.mkdir()
+            except FileExistsError:
+                raise FileExistsError(
+                    f"task folder {task_dir} already exists; records are never overwritten,"
+                    " choose another task_id"
+                ) from None
+            return task_dir
+        seed = metadata.seed if metadata.seed is not None else metadata.episode_seed
+        base = f"{_safe_name(metadata.env_id or 'env')}-seed{seed}-ep{self._tasks_started:04d}"
+        for attempt in range(10_000):
+            task_dir = self.trajectories_dir / (base if attempt == 0 else f"{base}-{attempt}")
+            try:
+                task_dir.mkdir()
+                return task_dir
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"no free task folder name for {base} in {self.trajectories_dir}")
+
+    def _split_observation(
+        self, step: int, observation: Mapping[str, Any]
+    ) -> tuple[list[tuple[str, np.ndarray]], dict[str, Any]]:
+        """Images to write (path under the task, array) and the record: vectors inline."""
+        images: list[tuple[str, np.ndarray]] = []
+        record: dict[str, Any] = {}
+        for key, value in observation.items():
+            array = np.asarray(value)
+            if is_image(array):
+                relative_path = f"{fmt.ARTIFACTS_DIR}/step{step:06d}_{_safe_name(str(key))}.png"
+                images.append((relative_path, array))
+                record[key] = relative_path
+            else:
+                record[key] = array
+        return images, record
+
+
+def _check_source(source: Any, allow_none: bool) -> None:
+    if source is None and allow_none:
+        return
+    if source not in ACTION_SOURCES:
+        raise ValueError(f"action source {source!r}: use one of {ACTION_SOURCES}")
