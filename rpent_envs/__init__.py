@@ -21,3 +21,8 @@ gym.register(
     max_episode_steps=300,
     nondeterministic=True,  # a real arm: the same seed does not replay the same episode
 )
+
+LIBERO_ID = "RPent/Libero-v0"
+
+# No max_episode_steps here: the horizon depends on the suite, so the env truncates itself.
+gym.register(id=LIBERO_ID, entry_point="rpent_envs.libero.env:LiberoEnv")
