@@ -55,7 +55,7 @@ class ChunkOutcome:
         reward: Sum of the per-step rewards.
         terminated: The episode terminated inside the chunk.
         truncated: The episode was truncated inside the chunk.
-        info: The last step's info plus `chunk_rewards` and `chunk_len`.
+        info: The last step's info plus `chunk_rewards`, `chunk_len` and `step_infos`.
         executed_actions: The executed actions, (chunk_len, A).
         step_infos: The info of every executed step (for per-step gate signals).
     """
@@ -90,7 +90,8 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
     the reference while the trigger is off (or while `actor_ready` is False), the expert while
     an `ExpertTakeover` has latched, else the actor. After the chunk, the trigger and the
     takeover are updated with the infos of its steps. The reward is the sum of the chunk's
-    per-step rewards (`info["chunk_rewards"]` has them one by one).
+    per-step rewards (`info["chunk_rewards"]` has them one by one, `info["step_infos"]` has
+    every step's info).
 
     Info keys of each step (the chunk just executed): `action_source` ("vla", "actor",
     "expert"), `executed_action` ((chunk_len, A)), `actor_switch` (the actor drove it),
@@ -304,9 +305,14 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def _execute(self, chunk: np.ndarray | StepPolicy) -> ChunkOutcome:
         if self._step_chunk is not None:
             return self._execute_with_step_chunk(chunk)
-        self._tap.step_infos = []
+        step_infos = self._tap.step_infos = []
         result = execute_chunk(self._tap, self._observation, chunk, self.horizon)
-        info = {**result.info, "chunk_rewards": result.rewards, "chunk_len": len(result.rewards)}
+        info = {
+            **result.info,
+            "chunk_rewards": np.asarray(result.rewards, dtype=np.float32),
+            "chunk_len": len(result.rewards),
+            "step_infos": step_infos,
+        }
         return ChunkOutcome(
             result.observation,
             float(sum(result.rewards)),
@@ -314,22 +320,25 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
             result.truncated,
             info,
             result.executed_actions,
-            self._tap.step_infos,
+            step_infos,
         )
 
     def _execute_with_step_chunk(self, chunk: np.ndarray | StepPolicy) -> ChunkOutcome:
         observation, reward, terminated, truncated, info = self._step_chunk(chunk)
-        info = dict(info)
-        executed = np.asarray(info["executed_action"], dtype=np.float32)
-        step_infos = info.get("step_infos") or [info] * len(executed)
+        missing = {"executed_action", "step_infos"} - set(info)
+        if missing:
+            raise KeyError(
+                f"step_chunk of the wrapper below returned no {sorted(missing)} in its info; "
+                "PolicySwitch needs the executed actions and every step's info"
+            )
         return ChunkOutcome(
             observation,
             float(reward),
             bool(terminated),
             bool(truncated),
-            info,
-            executed,
-            step_infos,
+            dict(info),
+            np.asarray(info["executed_action"], dtype=np.float32),
+            info["step_infos"],
         )
 
     def _update_switch(self, step_infos: Sequence[Mapping[str, Any]]) -> SwitchEvent | None:
