@@ -1,0 +1,44 @@
+"""Stage 2 of RLT: the actor-critic on frozen RL-token features (DESIGN.md §4).
+
+Needs only torch and numpy (TensorBoard logging also needs tensorboard), so a learner can run
+on a machine without the simulators.
+
+Example:
+    >>> from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner
+    >>> learner = Stage2Learner(Stage2Config(device="cpu"), RLTDims(16, 9, 10, 8))
+    >>> learner.ready_for_online
+    False
+"""
+
+from rpent_agents.stage2.checkpoint import load_weights, resume_run, save_run, save_weights
+from rpent_agents.stage2.config import Stage2Config
+from rpent_agents.stage2.learner import Stage2Learner
+from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
+from rpent_agents.stage2.replay import ReplayBuffer, RLTBatch, RLTTransition
+from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats
+from rpent_agents.stage2.scalar_log import ScalarLog
+from rpent_agents.stage2.schedules import UpdateSchedule, actor_loss_weights
+from rpent_agents.stage2.transitions import build_transition, vector_step_items
+
+__all__ = [
+    "Actor",
+    "ChunkStats",
+    "EpisodeStats",
+    "RLTBatch",
+    "RLTDims",
+    "RLTObs",
+    "RLTTransition",
+    "ReplayBuffer",
+    "ScalarLog",
+    "Stage2Config",
+    "Stage2Learner",
+    "TwinQCritic",
+    "UpdateSchedule",
+    "actor_loss_weights",
+    "build_transition",
+    "load_weights",
+    "resume_run",
+    "save_run",
+    "save_weights",
+    "vector_step_items",
+]

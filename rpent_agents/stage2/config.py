@@ -1,0 +1,172 @@
+"""Every Stage 2 hyperparameter in one dataclass, with the reference's simulation defaults.
+
+`Stage2Config()` is the ManiSkill (simulation) setting of the reference RLT implementation;
+`Stage2Config.real_robot()` is its Franka setting. The dataclass is flat and has a docstring per
+field so that `tyro.cli(Stage2Config)` turns it into a command line.
+
+Example:
+    >>> config = Stage2Config.real_robot()
+    >>> config.gamma, config.batch_size, config.weight_schedule
+    (0.96, 256, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+BootstrapType = Literal["standard", "always"]
+
+
+@dataclass
+class Stage2Config:
+    """Hyperparameters of the Stage 2 actor-critic (defaults: reference, simulation)."""
+
+    chunk_len: int = 10
+    """H: actions per chunk the actor outputs and the env executes."""
+    hidden_dim: int = 256
+    """Width of every hidden layer of the actor and of each Q head."""
+    actor_layers: int = 3
+    """Hidden Linear+Tanh layers of the actor."""
+    critic_layers: int = 3
+    """Hidden Linear+LayerNorm+Tanh layers of each Q head."""
+    num_q_heads: int = 2
+    """Q heads of the critic (twin Q: the TD target takes their minimum)."""
+    actor_noise_std: float = 0.002
+    """Fixed std of the Gaussian noise added to the actor mean before tanh while training."""
+    reference_dropout_prob: float = 0.5
+    """Probability that a sample's whole reference chunk is zeroed in the actor loss."""
+
+    gamma: float = 0.99
+    """Per-step discount; a chunk of H steps bootstraps with gamma**H."""
+    bootstrap_type: BootstrapType = "standard"
+    """"standard": no bootstrap after a done chunk; "always": bootstrap every chunk."""
+    truncation_ends_bootstrap: bool = True
+    """Store done=True for truncated episodes too (reference simulation); False: only for
+    terminated ones (reference real robot)."""
+    tau: float = 0.005
+    """Soft target update rate: target <- (1 - tau) target + tau online."""
+    target_update_every: int = 1
+    """Soft-update the target critic every this many updates."""
+    critic_actor_ratio: int = 4
+    """Critic updates per actor update (the actor updates when update_step % ratio == 0)."""
+
+    actor_lr: float = 1e-4
+    """Adam learning rate of the actor."""
+    critic_lr: float = 1e-4
+    """Adam learning rate of the critic."""
+    grad_clip_norm: float = 10.0
+    """Global gradient-norm clip of each optimizer step."""
+    batch_size: int = 512
+    """Transitions per update."""
+
+    bc_weight: float = 1.0
+    """BC weight of the actor loss when weight_schedule is off."""
+    q_weight: float = 1.0
+    """Q weight of the actor loss when weight_schedule is off."""
+    weight_schedule: bool = True
+    """Schedule the actor-loss weights (actor_weight_schedule) instead of fixed ones."""
+    weight_warmup_updates: int = 20000
+    """Updates that use the warmup weights."""
+    weight_ramp_updates: int = 50000
+    """Updates over which the weights move linearly from warmup to online values."""
+    warmup_bc_weight: float = 7.0
+    """BC weight during the weight warmup."""
+    warmup_q_weight: float = 0.05
+    """Q weight during the weight warmup."""
+    online_bc_weight: float = 2.5
+    """BC weight after the ramp."""
+    online_q_weight: float = 0.45
+    """Q weight after the ramp."""
+
+    update_schedule: bool = True
+    """Use rlt_schedule (budgeted updates, actor gated by ready_for_online); off: update_epoch
+    updates per train step and the actor may act at once (the real robot's keyboard decides)."""
+    learning_starts: int = 10000
+    """Stored transitions before any update."""
+    warmup_updates: int = 30000
+    """Updates before ready_for_online (the actor may act) and the base of the update budget."""
+    train_every_transitions: int = 5
+    """New transitions (after learning starts) that earn update_epoch more updates."""
+    update_epoch: int = 5
+    """Updates earned per train_every_transitions (per train step without update_schedule)."""
+    max_updates_per_train_step: int = 400
+    """Most updates one train step runs (0: no limit)."""
+
+    replay_capacity: int = 50000
+    """Transitions the replay buffer keeps (oldest overwritten)."""
+    sample_window: int = 50000
+    """Batches are drawn from the most recent this many transitions."""
+    replay_on_device: bool = True
+    """Keep the replay buffer on the learner's device (sampling without host transfers)."""
+
+    seed: int = 1234
+    """Seed of network initialisation, sampling and noise."""
+    device: str = "auto"
+    """Torch device of the learner ("auto": cuda when available, else cpu)."""
+
+    def __post_init__(self) -> None:
+        """Reject values the algorithm cannot run with."""
+        positive = ("chunk_len", "hidden_dim", "actor_layers", "critic_layers", "batch_size")
+        for name in positive + ("critic_actor_ratio", "target_update_every", "replay_capacity"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Stage2Config.{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_q_heads < 2:
+            raise ValueError(f"Stage2Config.num_q_heads must be >= 2, got {self.num_q_heads}")
+        if self.bootstrap_type not in ("standard", "always"):
+            raise ValueError(
+                f"Stage2Config.bootstrap_type must be 'standard' or 'always', "
+                f"got {self.bootstrap_type!r}"
+            )
+        if not 0.0 <= self.reference_dropout_prob <= 1.0:
+            raise ValueError(
+                "Stage2Config.reference_dropout_prob must lie in [0, 1], "
+                f"got {self.reference_dropout_prob}"
+            )
+        if self.sample_window < 1:
+            raise ValueError(f"Stage2Config.sample_window must be >= 1, got {self.sample_window}")
+
+    @classmethod
+    def sim(cls, **overrides: Any) -> Stage2Config:
+        """The reference's ManiSkill setting (the defaults), with `overrides` applied."""
+        return cls(**overrides)
+
+    @classmethod
+    def real_robot(cls, **overrides: Any) -> Stage2Config:
+        """The reference's real-robot (Franka) setting, with `overrides` applied."""
+        real = {
+            "gamma": 0.96,
+            "truncation_ends_bootstrap": False,
+            "actor_lr": 3e-4,
+            "critic_lr": 3e-4,
+            "batch_size": 256,
+            "weight_schedule": False,
+            "bc_weight": 5.0,
+            "q_weight": 0.1,
+            "update_schedule": False,
+            "learning_starts": 2,
+            "update_epoch": 8,
+            "sample_window": 200,
+        }
+        return cls(**(real | overrides))
+
+    def to_json(self, path: Path) -> None:
+        """Write the config as JSON to `path`."""
+        path.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def from_json(cls, path: Path) -> Stage2Config:
+        """Read a config written by `to_json`.
+
+        Raises:
+            ValueError: When the file has keys this version does not know.
+        """
+        values = json.loads(Path(path).read_text())
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown Stage2Config fields {unknown}; remove them")
+        return cls(**values)

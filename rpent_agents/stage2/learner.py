@@ -1,0 +1,230 @@
+"""The Stage 2 learner: networks, optimizers, replay buffer and the update loop.
+
+One update (reference order): a critic step on the chunked TD target; every
+`critic_actor_ratio`-th update an actor step on -q_weight Q_1 + bc_weight BC with reference
+dropout; a soft target update (tau) every `target_update_every` updates. `train_step` asks the
+`UpdateSchedule` how many updates the data collected so far has earned and runs them.
+
+The update loop keeps every value on the device and synchronises once per `run_updates`, so a
+GPU is not stalled by per-update host reads.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import torch
+
+from rpent_agents.stage2 import losses
+from rpent_agents.stage2.config import Stage2Config
+from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
+from rpent_agents.stage2.replay import ReplayBuffer, RLTBatch, RLTTransition
+from rpent_agents.stage2.schedules import UpdateSchedule, actor_loss_weights
+
+ACTOR_SCALARS = (
+    "actor/actor_loss",
+    "q_pi",
+    "actor/bc_loss",
+    "actor/bc_ref_loss",
+    "actor/bc_human_loss",
+    "actor/human_mask_ratio",
+)
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """`"auto"` -> cuda when available, else cpu; anything else as given."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _adam(module: torch.nn.Module, lr: float) -> torch.optim.Adam:
+    # The fused kernel updates all parameters at once (CPU and CUDA); the default per-parameter
+    # loop dominates the update time of networks this small.
+    return torch.optim.Adam(module.parameters(), lr=lr, fused=True)
+
+
+def obs_to_tensors(obs: Mapping[str, np.ndarray], device: torch.device) -> RLTObs:
+    """A batched RLT Dict observation (numpy or tensors) as an `RLTObs` on `device`."""
+
+    def tensor(key: str) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(obs[key]), dtype=torch.float32, device=device)
+
+    return RLTObs(tensor("z_rl"), tensor("proprio"), tensor("ref_chunk"))
+
+
+class Stage2Learner:
+    """Actor, twin-Q critic, target critic, optimizers, replay buffer and update counters.
+
+    Example:
+        >>> learner = Stage2Learner(Stage2Config(device="cpu"), RLTDims(16, 9, 10, 8))
+        >>> obs = {"z_rl": np.zeros((2, 16)), "proprio": np.zeros((2, 9)),
+        ...        "ref_chunk": np.zeros((2, 10, 8))}
+        >>> learner.act(obs, deterministic=True).shape
+        (2, 80)
+    """
+
+    def __init__(
+        self, config: Stage2Config, dims: RLTDims, device: str | torch.device | None = None
+    ) -> None:
+        self.config = config
+        self.dims = dims
+        self.device = resolve_device(device if device is not None else config.device)
+        # Seeded initialisation that leaves the caller's global random state alone.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            self.actor = Actor(
+                dims, config.chunk_len, config.hidden_dim, config.actor_layers,
+                config.actor_noise_std,
+            ).to(self.device)  # fmt: skip
+            self.critic = TwinQCritic(
+                dims, config.chunk_len, config.hidden_dim, config.critic_layers,
+                config.num_q_heads,
+            ).to(self.device)  # fmt: skip
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optimizer = _adam(self.actor, config.actor_lr)
+        self.critic_optimizer = _adam(self.critic, config.critic_lr)
+        replay_device = self.device if config.replay_on_device else torch.device("cpu")
+        self.replay = ReplayBuffer(
+            dims, config.chunk_len, config.replay_capacity, config.sample_window, replay_device
+        )
+        self.sample_generator = torch.Generator(device=replay_device).manual_seed(config.seed)
+        self.noise_generator = torch.Generator(device=self.device).manual_seed(config.seed + 1)
+        self.schedule = UpdateSchedule(config)
+        self.update_step = 0
+
+    @property
+    def ready_for_online(self) -> bool:
+        """Whether the actor may drive the robot (rlt_schedule warmup done)."""
+        return self.schedule.ready_for_online(self.update_step)
+
+    @torch.no_grad()
+    def act(self, obs: Mapping[str, np.ndarray], deterministic: bool = False) -> np.ndarray:
+        """Flat action chunks (B, H*A) for batched observations (the RLT env's action space).
+
+        Args:
+            obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
+            deterministic: Use the mean (evaluation) instead of adding the fixed noise.
+        """
+        chunk = self.actor(
+            obs_to_tensors(obs, self.device),
+            deterministic=deterministic,
+            generator=self.noise_generator,
+        )
+        return chunk.flatten(1).cpu().numpy()
+
+    def add_transitions(self, transitions: Iterable[RLTTransition | None]) -> int:
+        """Store the given transitions (None entries are skipped); returns how many."""
+        stored = 0
+        for transition in transitions:
+            if transition is not None:
+                self.replay.add(transition)
+                stored += 1
+        return stored
+
+    def train_step(self) -> dict[str, float]:
+        """Run the updates the schedule allows now; returns the train-step scalars."""
+        planned = self.schedule.plan(self.update_step, self.replay.total_added)
+        first_update = self.update_step
+        scalars = self.run_updates(planned)
+        self.schedule.record_updates(planned)
+        scalars |= {
+            "train/replay_buffer/size": float(len(self.replay)),
+            "train/rlt/ready_for_online": float(self.ready_for_online),
+            "train/rlt/critic_updates_run": float(planned),
+            "train/rlt/actor_updates_run": float(
+                self._actor_updates_between(first_update, self.update_step)
+            ),
+            "train/rlt/pending_update_budget": float(self.schedule.pending_update_budget),
+        }
+        return scalars
+
+    def _actor_updates_between(self, first_update: int, end_update: int) -> int:
+        """Actor steps among updates first_update..end_update-1 (those divisible by the ratio)."""
+        ratio = self.config.critic_actor_ratio
+        return -(-end_update // ratio) - -(-first_update // ratio)
+
+    def run_updates(self, num_updates: int) -> dict[str, float]:
+        """Run `num_updates` updates on batches from the replay buffer.
+
+        Returns:
+            The mean of each critic scalar over all updates and of each actor scalar over the
+            updates that stepped the actor (names as in the reference guide); empty when no
+            update ran.
+        """
+        sums: dict[str, torch.Tensor] = {}
+        first_update = self.update_step
+        for _ in range(num_updates):
+            batch = self.replay.sample(self.config.batch_size, self.sample_generator)
+            for name, value in self.update(batch.to(self.device)).items():
+                sums[name] = sums[name] + value if name in sums else value
+        actor_updates = self._actor_updates_between(first_update, self.update_step)
+        if not sums:
+            return {}
+        names = list(sums)
+        counts = [actor_updates if name in ACTOR_SCALARS else num_updates for name in names]
+        means = torch.stack([sums[name] / count for name, count in zip(names, counts, strict=True)])
+        return dict(zip(names, means.tolist(), strict=True))
+
+    def update(self, batch: RLTBatch) -> dict[str, torch.Tensor]:
+        """One update on `batch`; returns its scalars as device tensors."""
+        scalars = {"critic/critic_loss": self._critic_step(batch)}
+        if self.update_step % self.config.critic_actor_ratio == 0:
+            scalars |= self._actor_step(batch)
+        if self.update_step % self.config.target_update_every == 0:
+            self._soft_update_target()
+        self.update_step += 1
+        return scalars
+
+    def _critic_step(self, batch: RLTBatch) -> torch.Tensor:
+        config = self.config
+        with torch.no_grad():
+            next_action = self.actor(batch.next_obs, generator=self.noise_generator)
+            next_q_min = self.target_critic(batch.next_obs, next_action).min(dim=-1).values
+            target = losses.td_target(
+                batch.rewards, batch.done, next_q_min, config.gamma, config.bootstrap_type
+            )
+        loss = losses.critic_loss(self.critic(batch.obs, batch.action), target)
+        self._step(self.critic_optimizer, self.critic, loss)
+        return loss.detach()
+
+    def _actor_step(self, batch: RLTBatch) -> dict[str, torch.Tensor]:
+        config = self.config
+        actor_chunk = self.actor(
+            batch.obs,
+            ref_dropout_prob=config.reference_dropout_prob,
+            generator=self.noise_generator,
+        )
+        q1 = self.critic(batch.obs, actor_chunk)[:, 0]
+        bc = losses.bc_terms(actor_chunk, batch.obs.ref_chunk, batch.action, batch.intervened)
+        bc_weight, q_weight = actor_loss_weights(self.update_step, config)
+        loss = losses.actor_loss(q1, bc.loss, q_weight, bc_weight)
+        self._step(self.actor_optimizer, self.actor, loss)
+        return {
+            "actor/actor_loss": loss.detach(),
+            "q_pi": q1.detach().mean(),
+            "actor/bc_loss": bc.loss.detach(),
+            "actor/bc_ref_loss": bc.ref_loss.detach(),
+            "actor/bc_human_loss": bc.human_loss.detach(),
+            "actor/human_mask_ratio": bc.human_mask_ratio,
+        }
+
+    def _step(
+        self, optimizer: torch.optim.Optimizer, module: torch.nn.Module, loss: torch.Tensor
+    ) -> None:
+        """Backpropagate `loss` into `module` only, clip its gradient norm, step `optimizer`."""
+        optimizer.zero_grad(set_to_none=True)
+        params = list(module.parameters())
+        # inputs= keeps the actor loss from filling the critic's gradients.
+        loss.backward(inputs=params)
+        torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip_norm, foreach=True)
+        optimizer.step()
+
+    @torch.no_grad()
+    def _soft_update_target(self) -> None:
+        targets = list(self.target_critic.parameters())
+        online = list(self.critic.parameters())
+        # One fused launch for all parameters: target <- target + tau (online - target).
+        torch._foreach_lerp_(targets, online, self.config.tau)

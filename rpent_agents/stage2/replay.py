@@ -1,0 +1,212 @@
+"""Replay buffer of RLT chunk transitions, sampled from a recent window, saved as `.npz`.
+
+A transition is one executed chunk: the RLT observation it was decided from, the H actions that
+ran, their per-step rewards, the next observation, whether the episode ended, and which steps a
+human or expert drove. `rpent_agents.stage2.transitions` builds them from env infos.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rpent_agents.stage2.networks import RLTDims, RLTObs
+
+
+@dataclass
+class RLTTransition:
+    """One stored chunk (numpy arrays, one transition).
+
+    Attributes:
+        z_rl: (D,) RL token the chunk was decided from.
+        proprio: (P,) proprioception then.
+        ref_chunk: (H_ref, A) reference chunk then; intervened steps hold the executed action.
+        action: (H, A) executed actions (the last one repeated after an early episode end).
+        rewards: (H,) per-step rewards (zero after an early episode end).
+        next_z_rl: (D,) RL token after the chunk.
+        next_proprio: (P,) proprioception after the chunk.
+        next_ref_chunk: (H_ref, A) reference chunk after the chunk.
+        done: The episode ended inside the chunk (no bootstrap with bootstrap_type standard).
+        intervened: (H,) bool, steps a human or expert drove.
+    """
+
+    z_rl: np.ndarray
+    proprio: np.ndarray
+    ref_chunk: np.ndarray
+    action: np.ndarray
+    rewards: np.ndarray
+    next_z_rl: np.ndarray
+    next_proprio: np.ndarray
+    next_ref_chunk: np.ndarray
+    done: bool
+    intervened: np.ndarray
+
+
+@dataclass
+class RLTBatch:
+    """A sampled batch of transitions as tensors (B leading)."""
+
+    obs: RLTObs
+    action: torch.Tensor
+    rewards: torch.Tensor
+    next_obs: RLTObs
+    done: torch.Tensor
+    intervened: torch.Tensor
+
+    def to(self, device: torch.device) -> RLTBatch:
+        """The same batch on `device` (no copy when it is there already)."""
+        return RLTBatch(
+            obs=self.obs.to(device),
+            action=self.action.to(device),
+            rewards=self.rewards.to(device),
+            next_obs=self.next_obs.to(device),
+            done=self.done.to(device),
+            intervened=self.intervened.to(device),
+        )
+
+
+TRANSITION_FIELDS = tuple(field.name for field in fields(RLTTransition))
+
+
+def _field_shapes(dims: RLTDims, chunk_len: int) -> dict[str, tuple[int, ...]]:
+    ref_shape = (dims.ref_chunk_len, dims.action_dim)
+    return {
+        "z_rl": (dims.z_dim,),
+        "proprio": (dims.proprio_dim,),
+        "ref_chunk": ref_shape,
+        "action": (chunk_len, dims.action_dim),
+        "rewards": (chunk_len,),
+        "next_z_rl": (dims.z_dim,),
+        "next_proprio": (dims.proprio_dim,),
+        "next_ref_chunk": ref_shape,
+        "done": (),
+        "intervened": (chunk_len,),
+    }
+
+
+def _field_dtype(name: str) -> torch.dtype:
+    return {"done": torch.float32, "intervened": torch.bool}.get(name, torch.float32)
+
+
+class ReplayBuffer:
+    """Ring buffer of `RLTTransition`s; batches come from the most recent `sample_window`.
+
+    Example:
+        >>> buffer = ReplayBuffer(RLTDims(4, 2, 3, 2), chunk_len=3, capacity=100)
+        >>> len(buffer), buffer.total_added
+        (0, 0)
+    """
+
+    def __init__(
+        self,
+        dims: RLTDims,
+        chunk_len: int,
+        capacity: int,
+        sample_window: int | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.dims = dims
+        self.chunk_len = chunk_len
+        self.capacity = capacity
+        self.sample_window = sample_window or capacity
+        self.device = torch.device(device)
+        self.shapes = _field_shapes(dims, chunk_len)
+        self.storage = {
+            name: torch.zeros((capacity, *shape), dtype=_field_dtype(name), device=self.device)
+            for name, shape in self.shapes.items()
+        }
+        self.next_index = 0
+        self.size = 0
+        self.total_added = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, transition: RLTTransition) -> None:
+        """Store one transition, overwriting the oldest when full.
+
+        Raises:
+            ValueError: When a field's shape does not match the buffer's dims (nothing stored).
+        """
+        values = {name: np.asarray(getattr(transition, name)) for name in TRANSITION_FIELDS}
+        for name, value in values.items():
+            if value.shape != self.shapes[name]:
+                raise ValueError(
+                    f"RLTTransition.{name} has shape {value.shape}; this buffer stores "
+                    f"{self.shapes[name]} (dims {self.dims}, chunk_len {self.chunk_len})"
+                )
+        for name, value in values.items():
+            self.storage[name][self.next_index] = torch.as_tensor(value).to(
+                self.device, _field_dtype(name)
+            )
+        self.next_index = (self.next_index + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+        self.total_added += 1
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> RLTBatch:
+        """Draw `batch_size` transitions uniformly from the most recent `sample_window` ones.
+
+        Raises:
+            RuntimeError: When the buffer is empty.
+        """
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer; add transitions first")
+        window = min(self.size, self.sample_window)
+        age = torch.randint(window, (batch_size,), device=self.device, generator=generator)
+        indices = (self.next_index - 1 - age) % self.capacity
+        picked = {name: values[indices] for name, values in self.storage.items()}
+        return RLTBatch(
+            obs=RLTObs(picked["z_rl"], picked["proprio"], picked["ref_chunk"]),
+            action=picked["action"],
+            rewards=picked["rewards"],
+            next_obs=RLTObs(picked["next_z_rl"], picked["next_proprio"], picked["next_ref_chunk"]),
+            done=picked["done"],
+            intervened=picked["intervened"],
+        )
+
+    def _chronological_indices(self) -> torch.Tensor:
+        oldest = (self.next_index - self.size) % self.capacity
+        return (oldest + torch.arange(self.size, device=self.device)) % self.capacity
+
+    def save(self, path: Path) -> None:
+        """Write the stored transitions (oldest first) and counters to an `.npz` file.
+
+        The file is written next to `path` and renamed into place, so an interrupted save
+        leaves any previous file intact.
+        """
+        path = Path(path)
+        order = self._chronological_indices()
+        arrays = {name: values[order].cpu().numpy() for name, values in self.storage.items()}
+        dims = self.dims
+        arrays["dims"] = np.array(
+            [dims.z_dim, dims.proprio_dim, dims.ref_chunk_len, dims.action_dim, self.chunk_len]
+        )
+        arrays["total_added"] = np.array(self.total_added)
+        partial = path.with_name(path.name + ".partial.npz")
+        np.savez(partial, **arrays)
+        os.replace(partial, path)
+
+    def load(self, path: Path) -> None:
+        """Replace the contents with a file written by `save` (the newest ones if it is larger).
+
+        Raises:
+            ValueError: When the file's dims or chunk length differ from this buffer's.
+        """
+        with np.load(Path(path)) as data:
+            stored = tuple(int(value) for value in data["dims"])
+            expected = (*(getattr(self.dims, f.name) for f in fields(RLTDims)), self.chunk_len)
+            if stored != expected:
+                raise ValueError(
+                    f"{path}: replay dims (z, proprio, ref_len, action, chunk_len) {stored} "
+                    f"differ from this learner's {expected}; load it into a matching learner"
+                )
+            count = min(len(data["done"]), self.capacity)
+            for name in TRANSITION_FIELDS:
+                newest = torch.as_tensor(data[name][len(data[name]) - count :])
+                self.storage[name][:count] = newest.to(self.device, _field_dtype(name))
+            self.size, self.next_index = count, count % self.capacity
+            self.total_added = int(data["total_added"])

@@ -1,0 +1,152 @@
+"""Turning one step of the RLT env (one executed chunk) into a replay transition.
+
+The RLT env (`RPent/PegInsertion-RLT-v0`) steps a whole chunk and reports in `info`:
+`record_transition` (the chunk belongs to the critical phase and is stored), `executed_action`
+(n, A) and `chunk_rewards` (n,) of the n <= H steps that ran, `chunk_len` (n),
+`intervene_flag` (a human or expert drove the chunk). Observations are Dicts of `z_rl`,
+`proprio` and `ref_chunk`.
+
+With a vector env, `vector_step_items` splits the batched observations and infos per env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from rpent_agents.stage2.replay import RLTTransition
+
+RLT_OBS_KEYS = ("z_rl", "proprio", "ref_chunk")
+
+
+def _pad_steps(values: np.ndarray, chunk_len: int, mode: str) -> np.ndarray:
+    """Extend the first axis of `values` to `chunk_len` rows (zeros or the last row)."""
+    missing = chunk_len - values.shape[0]
+    if missing <= 0:
+        return values
+    pad_width = [(0, missing)] + [(0, 0)] * (values.ndim - 1)
+    return np.pad(values, pad_width, mode=mode)
+
+
+def _chunk_from_info(
+    info: Mapping[str, Any], chunk_len: int, action_dim: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Executed actions (n, A), rewards (n,) and intervened steps (n,) of one chunk info."""
+    try:
+        executed = np.asarray(info["executed_action"], np.float32).reshape(-1, action_dim)
+        rewards = np.asarray(info["chunk_rewards"], np.float32).reshape(-1)
+    except KeyError as missing:
+        raise KeyError(
+            f"RLT chunk info lacks {missing}; step the env through the RLT observation and "
+            "policy-switch wrappers (RPent/PegInsertion-RLT-v0)"
+        ) from None
+    steps = int(info.get("chunk_len", len(rewards)))
+    if not 1 <= steps <= chunk_len or executed.shape[0] != steps or len(rewards) != steps:
+        raise ValueError(
+            f"chunk info has chunk_len {steps}, executed_action {executed.shape} and "
+            f"chunk_rewards {rewards.shape}; expected 1..{chunk_len} steps of {action_dim} actions"
+        )
+    intervened = np.broadcast_to(np.asarray(info.get("intervene_flag", False), bool), (steps,))
+    return executed, rewards, intervened
+
+
+def build_transition(
+    obs: Mapping[str, np.ndarray],
+    next_obs: Mapping[str, np.ndarray],
+    info: Mapping[str, Any],
+    terminated: bool,
+    truncated: bool,
+    chunk_len: int,
+    truncation_ends_bootstrap: bool = True,
+) -> RLTTransition | None:
+    """The replay transition of one executed chunk, or None when it is not to be stored.
+
+    Args:
+        obs: RLT observation the chunk was decided from.
+        next_obs: RLT observation after the chunk (the final one if the episode ended).
+        info: The step's info (see the module docstring).
+        terminated: The episode terminated inside the chunk.
+        truncated: The episode was truncated inside the chunk.
+        chunk_len: H, the actor's chunk length.
+        truncation_ends_bootstrap: Count truncation as done (reference simulation).
+
+    Returns:
+        The transition, or None when `info["record_transition"]` is false or missing. On
+        intervened steps the stored reference is replaced by the executed action, so BC and
+        the actor's reference input both follow the human or expert.
+    """
+    if not bool(info.get("record_transition", False)):
+        return None
+    action_dim = int(np.asarray(obs["ref_chunk"]).shape[-1])
+    executed, rewards, intervened = _chunk_from_info(info, chunk_len, action_dim)
+    ref_chunk = np.array(obs["ref_chunk"], dtype=np.float32)
+    ref_chunk[: len(intervened)][intervened] = executed[intervened]
+    return RLTTransition(
+        z_rl=np.asarray(obs["z_rl"], np.float32),
+        proprio=np.asarray(obs["proprio"], np.float32),
+        ref_chunk=ref_chunk,
+        action=_pad_steps(executed, chunk_len, "edge"),
+        rewards=_pad_steps(rewards, chunk_len, "constant"),
+        next_z_rl=np.asarray(next_obs["z_rl"], np.float32),
+        next_proprio=np.asarray(next_obs["proprio"], np.float32),
+        next_ref_chunk=np.asarray(next_obs["ref_chunk"], np.float32),
+        done=bool(terminated or (truncated and truncation_ends_bootstrap)),
+        intervened=_pad_steps(intervened, chunk_len, "constant"),
+    )
+
+
+def info_of_env(infos: Mapping[str, Any], env_index: int) -> dict[str, Any]:
+    """The info of env `env_index` from a Gymnasium vector env's batched infos.
+
+    Keys whose `_key` mask is false for this env are left out, as are the masks themselves.
+    """
+    info = {}
+    for key, values in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is not None and not mask[env_index]:
+            continue
+        if isinstance(values, dict):
+            info[key] = info_of_env(values, env_index)
+        else:
+            info[key] = values[env_index]
+    return info
+
+
+def obs_of_env(obs: Mapping[str, np.ndarray], env_index: int) -> dict[str, np.ndarray]:
+    """The RLT observation of env `env_index` from a batched Dict observation."""
+    return {key: np.asarray(obs[key][env_index]) for key in RLT_OBS_KEYS}
+
+
+def vector_step_items(
+    obs: Mapping[str, np.ndarray],
+    next_obs: Mapping[str, np.ndarray],
+    infos: Mapping[str, Any],
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    skip: np.ndarray | None = None,
+) -> Iterator[tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any], bool, bool]]:
+    """Per-env (obs, next_obs, info, terminated, truncated) of one vector-env step.
+
+    Args:
+        obs: Batched observations the chunks were decided from.
+        next_obs: Batched observations the step returned.
+        infos: Batched infos the step returned.
+        terminated: (N,) terminated flags the step returned.
+        truncated: (N,) truncated flags the step returned.
+        skip: (N,) envs to leave out, e.g. those whose previous step ended the episode (with
+            Gymnasium's next-step autoreset their current step only resets).
+    """
+    for env_index in range(len(terminated)):
+        if skip is not None and skip[env_index]:
+            continue
+        yield (
+            obs_of_env(obs, env_index),
+            obs_of_env(next_obs, env_index),
+            info_of_env(infos, env_index),
+            bool(terminated[env_index]),
+            bool(truncated[env_index]),
+        )

@@ -1,0 +1,132 @@
+"""The update loop: target updates, critic:actor ratio, budgets, scalars and actual learning."""
+
+import numpy as np
+import pytest
+import torch
+from stage2_helpers import CHUNK_LEN, DIMS, transition
+
+from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner
+
+SMALL = {"chunk_len": CHUNK_LEN, "hidden_dim": 32, "batch_size": 16, "device": "cpu"}
+
+
+def _learner(**overrides):
+    learner = Stage2Learner(Stage2Config(**(SMALL | overrides)), DIMS)
+    learner.add_transitions(transition(value) for value in np.linspace(-1, 1, 40))
+    return learner
+
+
+def _flat(module):
+    return torch.cat([p.detach().flatten() for p in module.parameters()]).clone()
+
+
+def test_target_critic_moves_by_tau_toward_the_critic_every_update():
+    learner = _learner(tau=0.25)
+    target_before = _flat(learner.target_critic)
+    learner.run_updates(1)
+    expected = 0.75 * target_before + 0.25 * _flat(learner.critic)
+    assert torch.allclose(_flat(learner.target_critic), expected, atol=1e-7)
+
+
+def test_actor_steps_on_every_fourth_update_and_the_critic_on_every_one():
+    learner = _learner()
+    actor_changed, critic_changed = [], []
+    for _ in range(8):
+        actor_before, critic_before = _flat(learner.actor), _flat(learner.critic)
+        learner.run_updates(1)
+        actor_changed.append(not torch.equal(actor_before, _flat(learner.actor)))
+        critic_changed.append(not torch.equal(critic_before, _flat(learner.critic)))
+    assert actor_changed == [True, False, False, False, True, False, False, False]
+    assert all(critic_changed)
+
+
+def test_actor_step_does_not_touch_the_critic_gradients():
+    learner = _learner()
+    batch = learner.replay.sample(16)
+    learner.critic.zero_grad(set_to_none=True)
+    learner._actor_step(batch)
+    assert all(p.grad is None for p in learner.critic.parameters())
+    assert all(p.grad is not None for p in learner.actor.parameters())
+
+
+def test_train_step_follows_the_budget_and_reports_the_reference_scalars():
+    learner = _learner(learning_starts=50, warmup_updates=6, max_updates_per_train_step=4)
+    assert learner.train_step() == {
+        "train/replay_buffer/size": 40.0,
+        "train/rlt/ready_for_online": 0.0,
+        "train/rlt/critic_updates_run": 0.0,
+        "train/rlt/actor_updates_run": 0.0,
+        "train/rlt/pending_update_budget": 0.0,
+    }
+    learner.add_transitions(transition(0.0) for _ in range(10))
+    first = learner.train_step()
+    assert (first["train/rlt/critic_updates_run"], first["train/rlt/actor_updates_run"]) == (4, 1)
+    assert first["train/rlt/pending_update_budget"] == 2
+    assert first["train/rlt/ready_for_online"] == 0.0
+    assert set(first) >= {
+        "critic/critic_loss",
+        "actor/actor_loss",
+        "q_pi",
+        "actor/bc_loss",
+        "actor/bc_ref_loss",
+        "actor/bc_human_loss",
+        "actor/human_mask_ratio",
+    }
+    second = learner.train_step()
+    assert (second["train/rlt/critic_updates_run"], second["train/rlt/actor_updates_run"]) == (2, 1)
+    assert second["train/rlt/ready_for_online"] == 1.0 and learner.ready_for_online
+    assert learner.update_step == 6
+
+
+def test_act_returns_flat_chunks_in_the_action_box():
+    learner = _learner()
+    obs = {"z_rl": np.ones((3, 4)), "proprio": np.ones((3, 2)), "ref_chunk": np.ones((3, 3, 2))}
+    actions = learner.act(obs)
+    assert actions.shape == (3, CHUNK_LEN * 2) and actions.dtype == np.float32
+    assert np.abs(actions).max() < 1.0
+    np.testing.assert_array_equal(learner.act(obs, True), learner.act(obs, True))
+
+
+def _bandit_transition(rng, dims):
+    """One-chunk episode: reward -|a - target|^2 with a reference biased away from the target."""
+    z_rl = rng.uniform(-1, 1, dims.z_dim).astype(np.float32)
+    target = 0.5 * np.tanh(z_rl[: dims.action_dim])
+    ref_chunk = np.tile(target + 0.3, (dims.ref_chunk_len, 1)).astype(np.float32)
+    action = np.clip(ref_chunk[:1] + rng.normal(0, 0.3, (1, dims.action_dim)), -1, 1)
+    reward = -np.sum((action[0] - target) ** 2)
+    return RLTTransition(
+        z_rl=z_rl,
+        proprio=np.zeros(1, np.float32),
+        ref_chunk=ref_chunk,
+        action=action.astype(np.float32),
+        rewards=np.array([reward], np.float32),
+        next_z_rl=z_rl,
+        next_proprio=np.zeros(1, np.float32),
+        next_ref_chunk=ref_chunk,
+        done=True,
+        intervened=np.zeros(1, bool),
+    ), target
+
+
+def test_the_actor_learns_to_beat_a_biased_reference_from_the_critic():
+    dims = RLTDims(z_dim=2, proprio_dim=1, ref_chunk_len=1, action_dim=2)
+    config = Stage2Config(
+        chunk_len=1, hidden_dim=32, batch_size=64, actor_lr=1e-3, critic_lr=1e-3,
+        weight_schedule=False, bc_weight=0.1, q_weight=1.0, critic_actor_ratio=1,
+        update_schedule=False, learning_starts=1, device="cpu", seed=0,
+    )  # fmt: skip
+    learner = Stage2Learner(config, dims)
+    rng = np.random.default_rng(0)
+    learner.add_transitions(_bandit_transition(rng, dims)[0] for _ in range(2000))
+    learner.run_updates(300)
+    test_items = [_bandit_transition(rng, dims) for _ in range(200)]
+    obs = {
+        "z_rl": np.stack([item.z_rl for item, _ in test_items]),
+        "proprio": np.zeros((200, 1)),
+        "ref_chunk": np.stack([item.ref_chunk for item, _ in test_items]),
+    }
+    targets = np.stack([target for _, target in test_items])
+    actor_error = np.mean(np.sum((learner.act(obs, True) - targets) ** 2, axis=1))
+    reference_error = np.mean(np.sum((obs["ref_chunk"][:, 0] - targets) ** 2, axis=1))
+    assert reference_error == pytest.approx(0.18, abs=1e-5)
+    assert actor_error < 0.5 * reference_error

@@ -1,0 +1,128 @@
+"""Replay transitions from chunk infos, the ring buffer, its recent window and its file."""
+
+import numpy as np
+import pytest
+import torch
+from stage2_helpers import CHUNK_LEN, DIMS, rlt_obs, transition
+
+from rpent_agents.stage2 import ReplayBuffer, RLTDims, build_transition, vector_step_items
+
+
+def _info(**overrides):
+    info = {
+        "record_transition": True,
+        "executed_action": np.array([[0.1, 0.2]], np.float32),
+        "chunk_rewards": np.array([1.0], np.float32),
+        "chunk_len": 1,
+        "intervene_flag": False,
+    }
+    return info | overrides
+
+
+def test_only_chunks_flagged_record_transition_are_stored():
+    obs, next_obs = rlt_obs(0.0), rlt_obs(1.0)
+    for info in (_info(record_transition=False), {"chunk_rewards": [0.0]}):
+        assert build_transition(obs, next_obs, info, False, False, CHUNK_LEN) is None
+
+
+def test_short_chunk_is_padded_with_zero_reward_and_the_last_action():
+    item = build_transition(rlt_obs(0.0), rlt_obs(1.0), _info(), True, False, CHUNK_LEN)
+    np.testing.assert_allclose(item.action, [[0.1, 0.2], [0.1, 0.2]])
+    np.testing.assert_array_equal(item.rewards, [1.0, 0.0])
+    np.testing.assert_array_equal(item.next_z_rl, np.ones(4))
+    assert item.done
+    np.testing.assert_array_equal(item.ref_chunk, np.zeros((3, 2)))
+
+
+def test_intervened_steps_store_the_executed_action_as_reference():
+    info = _info(
+        executed_action=np.array([[0.3, 0.4], [0.5, 0.6]], np.float32),
+        chunk_rewards=np.zeros(2, np.float32),
+        chunk_len=2,
+        intervene_flag=True,
+    )
+    obs = rlt_obs(9.0)
+    item = build_transition(obs, rlt_obs(1.0), info, False, False, CHUNK_LEN)
+    np.testing.assert_allclose(item.ref_chunk, [[0.3, 0.4], [0.5, 0.6], [9.0, 9.0]])
+    np.testing.assert_array_equal(item.intervened, [True, True])
+    np.testing.assert_array_equal(obs["ref_chunk"], np.full((3, 2), 9.0))  # input untouched
+    assert not item.done
+
+
+@pytest.mark.parametrize(
+    ("terminated", "truncated", "truncation_ends_bootstrap", "done"),
+    [(False, True, True, True), (False, True, False, False), (True, False, False, True)],
+)
+def test_done_follows_termination_and_optionally_truncation(
+    terminated, truncated, truncation_ends_bootstrap, done
+):
+    item = build_transition(
+        rlt_obs(0.0), rlt_obs(1.0), _info(), terminated, truncated, 2, truncation_ends_bootstrap
+    )
+    assert item.done is done
+
+
+def test_missing_or_inconsistent_chunk_info_is_reported():
+    obs = rlt_obs(0.0)
+    with pytest.raises(KeyError, match="executed_action.*PegInsertion-RLT-v0"):
+        build_transition(obs, obs, {"record_transition": True, "chunk_rewards": [0]}, 0, 0, 2)
+    with pytest.raises(ValueError, match="chunk_len 3"):
+        build_transition(obs, obs, _info(chunk_len=3), False, False, CHUNK_LEN)
+
+
+def test_vector_step_items_split_batched_infos_and_skip_autoreset_steps():
+    obs = {key: np.stack([value, value + 1]) for key, value in rlt_obs(0.0).items()}
+    infos = {
+        "record_transition": np.array([True, False]),
+        "_record_transition": np.array([True, True]),
+        "success": np.array([False, True]),
+        "_success": np.array([False, True]),
+    }
+    items = list(vector_step_items(obs, obs, infos, np.array([0, 1]), np.array([0, 0])))
+    assert [item[2] for item in items] == [
+        {"record_transition": True},
+        {"record_transition": False, "success": True},
+    ]
+    np.testing.assert_array_equal(items[1][0]["z_rl"], np.ones(4))
+    assert items[1][3] is True
+    skipped = vector_step_items(obs, obs, infos, np.zeros(2), np.zeros(2), np.array([1, 0]))
+    assert len(list(skipped)) == 1
+
+
+def test_ring_buffer_keeps_the_newest_and_samples_only_the_recent_window():
+    buffer = ReplayBuffer(DIMS, CHUNK_LEN, capacity=4, sample_window=2)
+    for value in range(6):
+        buffer.add(transition(float(value)))
+    assert (len(buffer), buffer.total_added) == (4, 6)
+    batch = buffer.sample(200, torch.Generator().manual_seed(0))
+    assert set(batch.obs.z_rl[:, 0].tolist()) == {4.0, 5.0}
+    assert torch.equal(batch.next_obs.z_rl[:, 0], batch.obs.z_rl[:, 0] + 0.5)
+    assert batch.action.shape == (200, CHUNK_LEN, 2)
+    assert batch.intervened.dtype == torch.bool
+
+
+def test_a_transition_of_the_wrong_shape_is_refused_and_nothing_is_stored():
+    buffer = ReplayBuffer(DIMS, CHUNK_LEN, capacity=4)
+    with pytest.raises(ValueError, match=r"RLTTransition.z_rl has shape \(5,\)"):
+        buffer.add(transition(0.0, dims=RLTDims(5, 2, 3, 2)))
+    assert len(buffer) == 0
+    with pytest.raises(RuntimeError, match="empty"):
+        buffer.sample(1)
+
+
+def test_save_and_load_round_trip_in_order(tmp_path):
+    buffer = ReplayBuffer(DIMS, CHUNK_LEN, capacity=3)
+    for value in range(5):
+        buffer.add(transition(float(value)))
+    buffer.save(tmp_path / "replay.npz")
+    restored = ReplayBuffer(DIMS, CHUNK_LEN, capacity=10)
+    restored.load(tmp_path / "replay.npz")
+    assert (len(restored), restored.total_added) == (3, 5)
+    assert restored.storage["z_rl"][:3, 0].tolist() == [2.0, 3.0, 4.0]
+    smaller = ReplayBuffer(DIMS, CHUNK_LEN, capacity=2)
+    smaller.load(tmp_path / "replay.npz")
+    assert smaller.storage["z_rl"][:, 0].tolist() == [3.0, 4.0]
+    assert smaller.sample(50).obs.z_rl[:, 0].max().item() == 4.0
+    with pytest.raises(ValueError, match="differ from this learner"):
+        ReplayBuffer(DIMS, 3, capacity=2).load(tmp_path / "replay.npz")
+    assert not list(tmp_path.glob("*.partial*"))
