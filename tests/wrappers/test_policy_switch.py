@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 import rpent_envs
+from recorders.trajectory import TrajectoryReader
 from rpent_envs.maniskill.expert import PegInsertionExpert
 from wrappers.policy_switch import SWITCH_INFO_KEYS, PolicySwitch
+from wrappers.record import RecordTrajectory
 from wrappers.takeover import ExpertTakeover, as_step_policy
 from wrappers.triggers import AutoGate
 
@@ -197,6 +199,31 @@ def test_expert_takes_over_after_the_third_stalled_chunk_and_finishes(log):
     assert not reset_info["rlt_switch_flags"] and reset_info["next_action_source"] == "vla"
     assert not takeover.active and takeover.stalled_chunks == 0
     assert reset_info["action_source"] is None and reset_info["executed_action"].shape == (0, 8)
+
+
+def test_a_trajectory_recorder_below_records_each_action_with_its_source(base_env, tmp_path):
+    recorder = RecordTrajectory(base_env, tmp_path, robot="panda")
+    expert = PegInsertionExpert(recorder)
+    switch = PolicySwitch(
+        recorder,
+        AutoGate(near_hole_x_min=-0.10),
+        reference=expert_reference(recorder),
+        expert_takeover=ExpertTakeover(expert),
+    )
+    switch.reset(seed=0)
+    sources = []
+    for _ in range(20):
+        *_, terminated, truncated, info = switch.step(actor_chunk(gripper=-1.0))
+        sources += [info["action_source"]] * info["chunk_len"]
+        if terminated or truncated:
+            break
+    task_dir = recorder.task_dir
+    recorder.provenance.close()  # flush; the shared env stays open
+    reader = TrajectoryReader(task_dir)
+    records = [record for _, record in reader.read_records("actions.jsonl").records]
+    assert [record["source"] for record in records] == sources
+    assert {"vla", "actor", "expert"} == set(sources)
+    assert reader.read_task()["result"]["environment_success"] is True
 
 
 def test_warm_up_records_the_critical_phase_but_the_reference_drives(log):
