@@ -1,0 +1,120 @@
+"""RLTObservation on the real peg env with a real (tiny, untrained) built-in feature model."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import rpent_envs
+from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
+from rpent_agents.features.norm import NormStats
+from rpent_agents.features.protocol import RLTFeaturizer
+from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_envs.maniskill.expert import PegInsertionExpert
+from wrappers.rlt import RLTObservation
+
+H_REF, H, DIM = 6, 4, 32
+
+
+class CountingFeaturizer(RLTFeaturizer):
+    """The real featurizer, counting its calls."""
+
+    calls = 0
+
+    def rlt_features(self, observations, instructions):
+        self.calls += 1
+        self.last_instructions = list(instructions)
+        return super().rlt_features(observations, instructions)
+
+
+def tiny_featurizer():
+    torch.manual_seed(0)
+    config = BuiltinVLAConfig(
+        image_size=32, patch_size=16, dim=DIM, num_layers=1, num_head_layers=1, chunk_len=H_REF
+    )
+    vla = BuiltinVLA(config, NormStats.identity(9, 8))
+    return CountingFeaturizer(vla.eval(), RLToken(RLTokenConfig(dim=DIM, prefix_seq_len=64)))
+
+
+@pytest.fixture(scope="module")
+def rlt_env():
+    raw = gym.make(rpent_envs.PEG_INSERTION_ID, obs_mode="rgb", image_size=32)
+    env = RLTObservation(raw, tiny_featurizer(), chunk_len=H)
+    yield env
+    env.close()
+
+
+def test_spaces(rlt_env):
+    space = rlt_env.observation_space
+    assert set(space.spaces) == {"z_rl", "proprio", "ref_chunk"}
+    assert space["z_rl"].shape == (DIM,) and space["proprio"].shape == (9,)
+    assert space["ref_chunk"].shape == (H_REF, 8)
+    assert np.all(space["ref_chunk"].low == -1) and np.all(space["ref_chunk"].high == 1)
+    assert rlt_env.action_space == gym.spaces.Box(-1, 1, (H * 8,), np.float32)
+
+
+def test_step_runs_the_chunk_and_featurizes_once(rlt_env):
+    obs, info = rlt_env.reset(seed=3)
+    assert obs in rlt_env.observation_space
+    np.testing.assert_array_equal(obs["proprio"], rlt_env.raw_observation["state"])
+    featurizer = rlt_env.feature_model
+    calls = featurizer.calls
+    assert featurizer.last_instructions == ["insert the peg in the hole"]
+    action = np.linspace(-0.5, 0.5, H * 8).astype(np.float32)
+    obs, reward, terminated, truncated, info = rlt_env.step(action)
+    assert featurizer.calls == calls + 1
+    assert info["chunk_len"] == H and info["chunk_rewards"].shape == (H,)
+    assert reward == pytest.approx(float(np.sum(info["chunk_rewards"])))
+    np.testing.assert_array_equal(info["executed_action"], action.reshape(H, 8))
+    assert len(info["step_infos"]) == H
+    for key in ("success", "is_grasped", "peg_head_pos_at_hole", "hole_radius", "task"):
+        assert key in info
+    np.testing.assert_array_equal(obs["proprio"], rlt_env.raw_observation["state"])
+    # The joint deltas moved the arm.
+    assert not np.allclose(obs["proprio"][:7], rlt_env.reset(seed=3)[0]["proprio"][:7])
+
+
+def test_reference_chunk_is_executable_as_is(rlt_env):
+    obs, _ = rlt_env.reset(seed=4)
+    obs, _, _, _, info = rlt_env.step_chunk(obs["ref_chunk"])
+    assert info["chunk_len"] == H  # the first H rows of the (H_ref, A) chunk
+    assert info["executed_action"].shape == (H, 8)
+
+
+def test_step_policy_is_closed_loop_and_stops_at_success(rlt_env):
+    expert = PegInsertionExpert(rlt_env)
+    seen_states = []
+
+    def step_policy(raw_observation):
+        seen_states.append(raw_observation["state"].copy())
+        return expert.act()
+
+    rlt_env.reset(seed=0)
+    lengths, terminated = [], False
+    while not terminated and len(lengths) < 40:
+        _, _, terminated, _, info = rlt_env.step_chunk(step_policy)
+        lengths.append(info["chunk_len"])
+    assert terminated and info["success"]
+    assert sum(lengths) == len(seen_states)
+    assert all(length == H for length in lengths[:-1]) and 1 <= lengths[-1] <= H
+    assert info["chunk_rewards"][-1] == 1.0
+
+
+def test_checkers_pass(rlt_env):
+    gym_check_env(rlt_env, skip_render_check=True)
+    sb3_check_env(rlt_env, warn=False)
+
+
+def test_bad_configurations_are_refused(rlt_env):
+    raw = rlt_env.env
+    with pytest.raises(ValueError, match="chunk_len=7"):
+        RLTObservation(raw, rlt_env.feature_model, chunk_len=H_REF + 1)
+    with pytest.raises(ValueError, match="expected"):
+        rlt_env.step(np.zeros(3, np.float32))
+    state_only = gym.make(rpent_envs.PEG_INSERTION_ID, obs_mode="state")
+    wide = gym.wrappers.RescaleAction(state_only, -2.0, 2.0)
+    with pytest.raises(ValueError, match="Box\\(-1, 1"):
+        RLTObservation(wide, rlt_env.feature_model, chunk_len=H)
+    state_only.close()
