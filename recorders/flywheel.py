@@ -8,6 +8,7 @@ sibling and renamed at the end). With nothing eligible, `O` holds only the repor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -248,6 +249,13 @@ class _DatasetSink:
             self.dataset.add_frame(frame)
         self.dataset.save_episode()
 
+    def abort(self) -> None:
+        """Close a half-written dataset now: its finalizer must not write after the cleanup."""
+        if self.dataset is not None:
+            with contextlib.suppress(Exception):
+                self.dataset.finalize()
+            self.dataset = None
+
     def finalize(self) -> None:
         if self.dataset is not None:
             self.dataset.finalize()
@@ -331,9 +339,13 @@ def export_flywheel(
         staging.mkdir()
         sink = _DatasetSink(staging / DATASET_DIR, report, use_videos, image_writer_threads)
         eligible = [item for item in tasks if item.outcome.reason is None]
-        for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
-            _export_task(item, sink)
-        sink.finalize()
+        try:
+            for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
+                _export_task(item, sink)
+            sink.finalize()
+        except BaseException:
+            sink.abort()
+            raise
         if sink.dataset is not None:
             report.dataset_dir = str(output_dir / DATASET_DIR)
         text = json.dumps(report.to_json(), indent=2)
