@@ -15,7 +15,11 @@ from typing import Any
 import numpy as np
 
 from rpent_envs.franka.backend import FrankaConnectionError, FrankaControlError, RobotSnapshot
+from rpent_envs.franka.franky_gripper import SerialGripper
 from rpent_envs.franka.pose import Pose
+
+# A hand command takes ~1 s; one on a dead connection fails after libfranka's 1 s UDP timeout.
+GRIPPER_RELEASE_TIMEOUT_S = 10.0
 
 
 def import_franky() -> ModuleType:
@@ -64,19 +68,16 @@ class FrankyBackend:
             "default_force_threshold": force_threshold_n,
         }
         self._robot: Any = None
-        self._gripper: Any = None
-        self._gripper_future: Any = None
-        self._gripper_max_width_m = 0.0
+        self._gripper: SerialGripper | None = None
         self._connection_lost = False
         self.connect()
 
     def connect(self) -> None:
         """Open a fresh connection, dropping the previous one (one client per arm)."""
-        self._robot = self._gripper = self._gripper_future = None
+        self._release()
         try:
             self._robot = self._franky.Robot(self.host, **self._robot_kwargs)
-            self._gripper = self._franky.Gripper(self.host)
-            self._gripper_max_width_m = float(self._gripper.state.max_width)
+            self._gripper = SerialGripper(self._franky.Gripper(self.host))
         except self._franky.Exception as error:
             raise FrankaConnectionError(
                 f"cannot connect to the Franka at {self.host}: {error}. Check the address, that "
@@ -90,8 +91,8 @@ class FrankyBackend:
             try:
                 cartesian_state = self._robot.current_cartesian_state
                 wrench = np.asarray(self._robot.state.O_F_ext_hat_K, np.float64).copy()
-                self._raise_gripper_failure()
-                gripper_width_m = float(self._gripper.width)
+                self._gripper.pump()
+                gripper_width_m = self._gripper.width_m()
             except RuntimeError as error:  # franky reports a dead state stream this way
                 self._connection_lost = True
                 raise self._connection_error("reading the state", error) from error
@@ -125,17 +126,9 @@ class FrankyBackend:
             return bool(self._robot.join_motion(timeout=timeout_s))
 
     def set_gripper(self, closed: bool, speed_m_s: float, force_n: float) -> None:
-        """Grasp (close until blocked, any width counts) or open to the full width."""
+        """Grasp (close until blocked) or open fully, after the hand's command in progress."""
         with self._translated_errors("commanding the gripper"):
-            self._raise_gripper_failure()
-            if closed:
-                self._gripper_future = self._gripper.grasp_async(
-                    0.0, speed_m_s, force_n, epsilon_inner=0.005, epsilon_outer=1.0
-                )
-            else:
-                self._gripper_future = self._gripper.move_async(
-                    self._gripper_max_width_m, speed_m_s
-                )
+            self._gripper.request(closed, speed_m_s, force_n)
 
     def recover(self) -> bool:
         """Run libfranka's automatic error recovery."""
@@ -154,14 +147,12 @@ class FrankyBackend:
                 self.stop()
             except FrankaConnectionError:
                 pass  # nothing left to stop through a dead connection
-        self._robot = self._gripper = self._gripper_future = None
+        self._release()
 
-    def _raise_gripper_failure(self) -> None:
-        future, self._gripper_future = self._gripper_future, None
-        if future is not None and future.wait(0.0):
-            future.get()  # raises what the finished gripper command raised
-        elif future is not None:
-            self._gripper_future = future
+    def _release(self) -> None:
+        if self._gripper is not None:
+            self._gripper.release(GRIPPER_RELEASE_TIMEOUT_S)
+        self._robot = self._gripper = None
 
     @contextmanager
     def _translated_errors(self, activity: str) -> Iterator[None]:
