@@ -13,6 +13,7 @@ variants; success rates are in bench/RESULTS.md.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -80,20 +81,23 @@ class PickPlaceGoal:
     target: str
 
 
-def pick_place_goal(robosuite_env: object) -> PickPlaceGoal:
-    """Read the task's goal from its parsed BDDL problem.
+def pick_place_goal(goal_state: list[list[str]], movable_objects: Collection[str]) -> PickPlaceGoal:
+    """Read what to move where from a task's parsed BDDL goal.
+
+    Args:
+        goal_state: The parsed goal, e.g. `[["on", "akita_black_bowl_1", "plate_1"]]`.
+        movable_objects: Names of the task's movable objects.
 
     Raises:
-        ValueError: When the goal is not a single `On`/`In` predicate on an object.
+        ValueError: When the goal is not one `On`/`In` predicate on a movable object.
     """
-    goal_state = robosuite_env.parsed_problem["goal_state"]
     if len(goal_state) != 1 or goal_state[0][0].lower() not in ("on", "in"):
         raise ValueError(
             f"LiberoExpert solves goals of one On/In predicate; this task's goal is {goal_state}:"
-            " choose a pick-and-place task (e.g. libero_goal task 1, 6 or 8)"
+            " choose a pick-and-place task (e.g. libero_goal task 1, 2, 4, 6, 8 or 9)"
         )
     _, obj, target = goal_state[0]
-    if obj not in robosuite_env.objects_dict:
+    if obj not in movable_objects:
         raise ValueError(f"goal object {obj!r} is not a movable object of this task")
     return PickPlaceGoal(obj=obj, target=target)
 
@@ -162,7 +166,10 @@ class LiberoExpert:
         self.env = base_env
         self.config = config or LiberoExpertConfig()
         self.scene = SceneView(base_env.libero_env.env)
-        self.goal = pick_place_goal(base_env.libero_env.env)
+        robosuite_env = base_env.libero_env.env
+        self.goal = pick_place_goal(
+            robosuite_env.parsed_problem["goal_state"], robosuite_env.objects_dict
+        )
         self._closing_steps = 0
         self._episode_seed: int | None = None
 
