@@ -15,10 +15,10 @@ GRIPPER_MAX_WIDTH_M = 0.08
 class MemoryFrankaBackend:
     """A Franka whose TCP and gripper reach every command at once.
 
-    It keeps every commanded pose (`commanded_poses`) so tests and dry runs can inspect what a
-    real arm would have been sent, and has two fault switches that behave like the real faults:
-    `inject_control_error` (the next motion check raises, as after a reflex, until `recover`)
-    and `drop_connection` (every call raises until `connect`).
+    It keeps every command (`commanded_poses`, `gripper_commands`: True = close) so tests and
+    dry runs can inspect what a real arm would have been sent, and has two fault switches that
+    behave like the real faults: `inject_control_error` (the next motion check raises, as after
+    a reflex, until `recover`) and `drop_connection` (every call raises until `connect`).
 
     Example:
         >>> backend = MemoryFrankaBackend()
@@ -36,15 +36,26 @@ class MemoryFrankaBackend:
         self.tcp_pose = initial_pose
         self.gripper_width_m = GRIPPER_MAX_WIDTH_M
         self.commanded_poses: list[Pose] = []
+        self.gripper_commands: list[bool] = []
         self.recoveries = 0
         self._pending_error: str | None = None
         self._error_active = False
+        self._recoverable = True
         self._connected = True
 
-    def inject_control_error(self, message: str = "motion aborted by reflex") -> None:
-        """Make the next motion check fail as if the arm had triggered a reflex."""
+    def inject_control_error(
+        self, message: str = "motion aborted by reflex", recoverable: bool = True
+    ) -> None:
+        """Make the next motion check fail as if the arm had triggered a reflex.
+
+        Args:
+            message: The error report.
+            recoverable: False models an error the automatic recovery cannot clear (an
+                emergency stop still pressed): `recover()` then returns False.
+        """
         self._pending_error = message
         self._error_active = True
+        self._recoverable = recoverable
 
     def drop_connection(self) -> None:
         """Make every call fail as if the network cable were pulled, until `connect()`."""
@@ -82,14 +93,17 @@ class MemoryFrankaBackend:
     def set_gripper(self, closed: bool, speed_m_s: float, force_n: float) -> None:
         """Close fully or open fully at once."""
         self._require_connection()
+        self.gripper_commands.append(closed)
         self.gripper_width_m = 0.0 if closed else GRIPPER_MAX_WIDTH_M
 
     def recover(self) -> bool:
-        """Clear the injected error."""
+        """Clear the injected error, unless it was injected as unrecoverable."""
         self._require_connection()
+        self.recoveries += 1
+        if not self._recoverable:
+            return False
         self._pending_error = None
         self._error_active = False
-        self.recoveries += 1
         return True
 
     def stop(self) -> None:
