@@ -33,6 +33,8 @@ class FrankaConfig:
         reset_noise_rad: Uniform random offset (+-, per angle) added to the reset orientation.
         reset_dynamics_factor: Dynamics fraction of the (slow) reset motions.
         reset_timeout_s: How long a reset motion may take before the reset fails.
+        reset_gripper_closed: Gripper state set at reset (before moving): False opens it, True
+            grasps (an object kept in hand across episodes, such as a peg).
         gripper_speed_m_s: Finger speed when opening or closing.
         gripper_force_n: Grasp force when closing.
         torque_threshold_nm: Joint torque that stops the arm with a reflex.
@@ -63,6 +65,7 @@ class FrankaConfig:
     reset_noise_rad: float = 0.0
     reset_dynamics_factor: float = 0.1
     reset_timeout_s: float = 30.0
+    reset_gripper_closed: bool = False
     gripper_speed_m_s: float = 0.1
     gripper_force_n: float = 20.0
     torque_threshold_nm: float = 20.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -85,9 +86,9 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     truncated the episode).
 
     A lost connection raises `FrankaConnectionError`; the episode is over and `reset()`
-    reconnects. Reset: recover from a pending error, open the gripper, lift straight up to the
-    reset height, then move to `reset_height_m` above the target (plus the seeded random
-    offsets), slowly.
+    reconnects. Reset: run the automatic error recovery, open the gripper (or grasp, with
+    `reset_gripper_closed`), lift straight up to the reset height, then move to
+    `reset_height_m` above the target (plus the seeded random offsets), slowly.
 
     Example:
         >>> import gymnasium as gym, rpent_envs
@@ -167,23 +168,20 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Recover, open the gripper and move slowly to the (seeded, randomised) reset pose."""
+        """Recover, set the gripper, move slowly to the (seeded, randomised) reset pose."""
         super().reset(seed=seed)
         self._episode_active = False
-        try:
+        with self._lost_connection_ends_episode():
             if self._needs_reconnect:
                 self.backend.connect()
                 self._needs_reconnect = False
-            self._recover_pending_error()
-            self._gripper_closed = None  # open it whatever the last command was
-            self._command_gripper(closed=False)
+            self._recover()
+            self._gripper_closed = None  # command it whatever the last command was
+            self._command_gripper(closed=self.config.reset_gripper_closed)
             lift_pose, reset_pose = self._reset_waypoints()
             for pose in (lift_pose, reset_pose):
                 self._move_and_wait(pose)
             snapshot = self.backend.read_state()
-        except FrankaConnectionError:
-            self._needs_reconnect = True
-            raise
         self._episode_active = True
         self._tick_s = time.monotonic()
         observation = self._observation(snapshot)
@@ -198,17 +196,14 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
                 "the Franka episode ended with an error (or never started); call reset()"
             )
         action = self._checked_action(action)
-        try:
-            box_clipped = self._send_command(action)
-            overrun_s = self._wait_for_tick()
-            self.backend.check_motion()
-            snapshot = self.backend.read_state()
-        except FrankaControlError as error:
-            return self._truncate_after_control_error(error)
-        except FrankaConnectionError:
-            self._episode_active = False
-            self._needs_reconnect = True
-            raise
+        with self._lost_connection_ends_episode():
+            try:
+                box_clipped = self._send_command(action)
+                overrun_s = self._wait_for_tick()
+                self.backend.check_motion()
+                snapshot = self.backend.read_state()
+            except FrankaControlError as error:
+                return self._truncate_after_control_error(error)
         observation = self._observation(snapshot)
         info = self._info(observation, box_clipped, overrun_s)
         return observation, float(info["success"]), info["success"], False, info
@@ -223,6 +218,15 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         if self.camera is not None:
             self.camera.close()
             self.camera = None
+
+    @contextmanager
+    def _lost_connection_ends_episode(self) -> Iterator[None]:
+        try:
+            yield
+        except FrankaConnectionError:
+            self._episode_active = False
+            self._needs_reconnect = True
+            raise
 
     def _checked_action(self, action: np.ndarray) -> np.ndarray:
         action = np.asarray(action, dtype=np.float64)
@@ -268,19 +272,22 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         info["control_error"] = str(error)
         return observation, 0.0, False, True, info
 
-    def _recover_pending_error(self) -> None:
+    def _recover(self) -> None:
+        """Clear any error, reported or not (a reflex between episodes, a released E-stop)."""
+        cause: FrankaControlError | str = "at reset"
         try:
             self.backend.check_motion()
         except FrankaControlError as error:
-            logger.warning("Franka reported an error before reset, recovering: %s", error)
-            self._recover_or_raise(error)
+            logger.warning("Franka reported an error before reset: %s", error)
+            cause = error
+        self._recover_or_raise(cause)
 
-    def _recover_or_raise(self, error: FrankaControlError) -> None:
+    def _recover_or_raise(self, cause: FrankaControlError | str) -> None:
         if not self.backend.recover():
             raise FrankaControlError(
-                f"automatic error recovery failed after: {error}. Clear the error on the "
-                "arm (Desk / pilot buttons), then call reset()"
-            ) from error
+                f"automatic error recovery failed ({cause}). Clear the error on the arm "
+                "(Desk / pilot buttons), then call reset()"
+            )
 
     def _reset_waypoints(self) -> tuple[Pose, Pose]:
         """Straight up from where the arm is, then the randomised pose above the target."""

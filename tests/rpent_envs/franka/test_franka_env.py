@@ -166,6 +166,23 @@ def test_gripper_commands_are_sent_only_when_they_change():
     assert backend.gripper_commands[-1] is False
 
 
+def test_reset_can_keep_an_object_grasped():
+    env, backend = make_env(reset_gripper_closed=True)
+    obs, _ = env.reset(seed=0)
+    assert backend.gripper_commands == [True] and obs["state"][12] == 0.0
+
+
+def test_reset_clears_an_unreported_error_and_refuses_an_unrecoverable_one():
+    env, backend = make_env()
+    env.reset(seed=0)
+    backend.inject_control_error("reflex between episodes")
+    env.reset(seed=0)
+    assert backend.recoveries == 2
+    backend.inject_control_error("emergency stop pressed", recoverable=False)
+    with pytest.raises(FrankaControlError, match="recovery failed.*emergency stop"):
+        env.reset(seed=0)
+
+
 def test_control_period_paces_the_loop_and_reports_overruns():
     env, _ = make_env(period_s=0.05)
     env.reset(seed=0)
@@ -186,7 +203,7 @@ def test_control_error_is_recovered_reported_and_truncates(caplog):
     with caplog.at_level(logging.WARNING):
         obs, reward, terminated, truncated, info = env.step(axis_action(0))
     assert (reward, terminated, truncated) == (0.0, False, True)
-    assert "cartesian_reflex" in info["control_error"] and backend.recoveries == 1
+    assert "cartesian_reflex" in info["control_error"] and backend.recoveries == 2  # reset, step
     assert obs in env.observation_space
     assert "recovery" in caplog.text
     with pytest.raises(gym.error.ResetNeeded):
