@@ -120,6 +120,12 @@ def test_gripper_closes_and_opens(sim_env):
     assert steps_until_gripper_width(sim_env, 1.0, lambda width_m: width_m > 0.075) > 1
 
 
+def test_a_quick_close_open_toggle_ends_open(sim_env):
+    sim_env.reset(seed=0)
+    sim_env.step(unit(6, -1.0))  # the grasp runs, the open waits for it
+    assert steps_until_gripper_width(sim_env, 1.0, lambda width_m: width_m > 0.075) > 1
+
+
 # Faults: franky-sim plus a reflex switch (fault_sim.py), on its own address.
 
 
