@@ -1,5 +1,6 @@
 """`RPent/Franka-v0` logic on the in-memory backend: spaces, safety, timing, faults, success."""
 
+import importlib.util
 import logging
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import rpent_envs
 from rpent_envs.franka.backend import FrankaConnectionError, FrankaControlError
+from rpent_envs.franka.camera import square_resize
 from rpent_envs.franka.config import FrankaConfig
 from rpent_envs.franka.env import FrankaEnv
 from rpent_envs.franka.memory_backend import HOME_POSE, MemoryFrankaBackend
@@ -256,6 +258,24 @@ def test_camera_frames_are_part_of_the_observation():
     assert obs["image"][0, 0, 0] == 2
     env.close()
     assert camera.closed
+
+
+def test_square_resize_keeps_the_centre():
+    frame = np.zeros((480, 640, 3), np.uint8)
+    frame[:, :80] = 255  # bands left and right of the central 480x480 square
+    frame[:, -80:] = 255
+    frame[:, 80:-80, 1] = 100
+    image = square_resize(frame, 64)
+    assert image.shape == (64, 64, 3) and image.dtype == np.uint8
+    np.testing.assert_array_equal(image[..., 0], 0)
+    np.testing.assert_array_equal(image[..., 1], 100)
+
+
+def test_realsense_without_its_extra_names_the_extra():
+    if importlib.util.find_spec("pyrealsense2") is not None:
+        pytest.skip("pyrealsense2 is installed here: the missing-extra message cannot show")
+    with pytest.raises(ImportError, match=r"\[realsense\]"):
+        FrankaEnv(backend="memory", camera="realsense")
 
 
 def test_a_camera_of_the_wrong_size_is_named():
