@@ -69,8 +69,8 @@ def test_a_weights_file_restores_the_policy_and_critic(tmp_path):
     load_weights(fresh, tmp_path / "weights.pt")
     obs = {"z_rl": np.ones((2, 4)), "proprio": np.ones((2, 2)), "ref_chunk": np.ones((2, 3, 2))}
     np.testing.assert_array_equal(fresh.act(obs, True), learner.act(obs, True))
-    for online, target in zip(fresh.critic.parameters(), fresh.target_critic.parameters()):
-        assert torch.equal(online, target)
+    critic_pairs = zip(fresh.critic.parameters(), fresh.target_critic.parameters(), strict=True)
+    assert all(torch.equal(online, target) for online, target in critic_pairs)
     save_run(learner, tmp_path / "run")
     load_weights(fresh, tmp_path / "run")
 
