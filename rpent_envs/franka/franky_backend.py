@@ -7,6 +7,7 @@ command socket is gone) and `FrankaControlError` (the arm aborted a motion and n
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -17,6 +18,8 @@ import numpy as np
 from rpent_envs.franka.backend import FrankaConnectionError, FrankaControlError, RobotSnapshot
 from rpent_envs.franka.franky_gripper import SerialGripper
 from rpent_envs.franka.pose import Pose
+
+logger = logging.getLogger(__name__)
 
 # A hand command takes ~1 s; one on a dead connection fails after libfranka's 1 s UDP timeout.
 GRIPPER_RELEASE_TIMEOUT_S = 10.0
@@ -141,12 +144,12 @@ class FrankyBackend:
             self._robot.stop()
 
     def close(self) -> None:
-        """Stop the arm if the connection still stands, then release it."""
+        """Stop the arm if the connection still stands, then release it in any case."""
         if self._robot is not None and not self._connection_lost:
             try:
                 self.stop()
-            except FrankaConnectionError:
-                pass  # nothing left to stop through a dead connection
+            except (FrankaConnectionError, FrankaControlError) as error:
+                logger.warning("could not stop the Franka at %s on close: %s", self.host, error)
         self._release()
 
     def _release(self) -> None:
