@@ -50,7 +50,7 @@ def obs_to_tensors(obs: Mapping[str, np.ndarray], device: torch.device) -> RLTOb
     """A batched RLT Dict observation (numpy or tensors) as an `RLTObs` on `device`."""
 
     def tensor(key: str) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs[key]), dtype=torch.float32, device=device)
+        return torch.as_tensor(obs[key], dtype=torch.float32, device=device)
 
     return RLTObs(tensor("z_rl"), tensor("proprio"), tensor("ref_chunk"))
 
