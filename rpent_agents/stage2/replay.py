@@ -140,8 +140,8 @@ class ReplayBuffer:
                     f"{self.shapes[name]} (dims {self.dims}, chunk_len {self.chunk_len})"
                 )
         for name, value in values.items():
-            self.storage[name][self.next_index] = torch.as_tensor(value).to(
-                self.device, _field_dtype(name)
+            self.storage[name][self.next_index] = torch.tensor(
+                value, dtype=_field_dtype(name), device=self.device
             )
         self.next_index = (self.next_index + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)

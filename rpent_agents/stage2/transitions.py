@@ -48,7 +48,7 @@ def _chunk_from_info(
             f"chunk info has chunk_len {steps}, executed_action {executed.shape} and "
             f"chunk_rewards {rewards.shape}; expected 1..{chunk_len} steps of {action_dim} actions"
         )
-    intervened = np.broadcast_to(np.asarray(info.get("intervene_flag", False), bool), (steps,))
+    intervened = np.zeros(steps, bool) | np.asarray(info.get("intervene_flag", False), bool)
     return executed, rewards, intervened
 
 
