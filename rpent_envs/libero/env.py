@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from rpent_envs.libero.backend import LiberoTask, import_libero, load_task
 
@@ -47,9 +46,22 @@ def suite_max_steps(suite: str) -> int:
     return DEFAULT_MAX_STEPS
 
 
+def quat_to_axis_angle(quat_xyzw: np.ndarray) -> np.ndarray:
+    """Axis-angle of a unit quaternion with angle 2*acos(w) in [0, 2*pi], unwrapped.
+
+    Unlike a canonical rotation vector (angle <= pi), this does not jump from +pi to -pi while
+    the gripper points down; it is the convention of the LIBERO datasets' `state`.
+    """
+    w = float(np.clip(quat_xyzw[3], -1.0, 1.0))
+    sin_half = np.sqrt(1.0 - w * w)
+    if np.isclose(sin_half, 0.0):
+        return np.zeros(3)
+    return np.asarray(quat_xyzw[:3]) * 2.0 * np.arccos(w) / sin_half
+
+
 def eef_state(raw_obs: dict[str, np.ndarray]) -> np.ndarray:
     """The 8-D proprioceptive state: eef position, eef axis-angle, two gripper finger positions."""
-    axis_angle = Rotation.from_quat(raw_obs["robot0_eef_quat"]).as_rotvec()  # robosuite: xyzw
+    axis_angle = quat_to_axis_angle(raw_obs["robot0_eef_quat"])  # robosuite quaternions: xyzw
     parts = [raw_obs["robot0_eef_pos"], axis_angle, raw_obs["robot0_gripper_qpos"]]
     return np.concatenate(parts).astype(np.float32)
 
@@ -65,7 +77,8 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     Observation (Dict): `image` (agentview camera) and `wrist_image` (eye-in-hand camera), uint8
     HxWx3, upright (rotated 180 degrees from MuJoCo's frame, like the LIBERO LeRobot datasets),
     only with `obs_mode="rgb"`; `state`, float32 (8,) = eef position (m), eef orientation as
-    axis-angle (rad), gripper finger positions (2, m).
+    axis-angle (rad, angle in [0, 2 pi] as in the LIBERO datasets), gripper finger positions (2,
+    m).
     Action: float32 (7,) in [-1, 1] = eef translation (x 0.05 m) and rotation (x 0.5 rad) deltas
     of robosuite's OSC_POSE controller, and the gripper (-1 open, 1 close).
     Reward: 1.0 on success, else 0.0; the episode terminates on success and truncates after the

@@ -41,14 +41,21 @@ def test_spaces_and_observation_convention(rgb_env):
     assert 0 <= info["init_state_id"] < 50 and info["episode_seed"] == 0
     # state = eef position (above the 0.9 m table), axis-angle (pointing down: ~pi), fingers open
     assert 0.95 < obs["state"][2] < 1.3
-    assert 2.5 < np.linalg.norm(obs["state"][3:6]) <= np.pi + 1e-5
+    assert 2.5 < np.linalg.norm(obs["state"][3:6]) < 3.8
     assert obs["state"][6] > 0.03 and obs["state"][7] < -0.03
     np.testing.assert_array_equal(rgb_env.render(), obs["image"])
 
 
-def test_images_are_the_cameras_rotated_upright(rgb_env):
+def test_images_are_the_cameras_rotated_upright_and_state_follows_libero(rgb_env):
+    from robosuite.utils.transform_utils import quat2axisangle
+
     obs, _ = rgb_env.reset(seed=1)
     raw = rgb_env.unwrapped.libero_env.env._get_observations()
+    # the LIBERO datasets' state: eef pos, robosuite's quat2axisangle(eef quat), gripper qpos
+    expected = np.concatenate(
+        [raw["robot0_eef_pos"], quat2axisangle(raw["robot0_eef_quat"]), raw["robot0_gripper_qpos"]]
+    )
+    np.testing.assert_allclose(obs["state"], expected, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(obs["image"], raw["agentview_image"][::-1, ::-1])
     np.testing.assert_array_equal(obs["wrist_image"], raw["robot0_eye_in_hand_image"][::-1, ::-1])
 
