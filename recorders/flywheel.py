@@ -9,11 +9,14 @@ sibling and renamed at the end). With nothing eligible, `O` holds only the repor
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
 import shutil
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task
 logger = logging.getLogger(__name__)
 REPORT_FILE = "report.json"
 DATASET_DIR = "train"
+PREFETCH_FRAMES = 32  # frames decoded ahead of the LeRobot writer (bounded memory)
 TASK_KEY = "task"
 
 
@@ -270,7 +274,25 @@ def _write_episode(sink: _DatasetSink, outcome: TaskOutcome, frames: list[dict[s
         outcome.frames += len(frames)
 
 
-def _export_task(item: _Task, sink: _DatasetSink) -> None:
+def _prefetched(
+    pool: ThreadPoolExecutor, reader: TrajectoryReader, kept_actions: list[KeptAction]
+) -> Iterator[Future[dict[str, Any]]]:
+    """Futures of `load_frame` in order, decoded up to PREFETCH_FRAMES ahead on `pool`.
+
+    Decoding the next frames overlaps with LeRobot writing the current ones.
+    """
+    pending: deque[Future[dict[str, Any]]] = deque()
+    remaining = iter(kept_actions)
+    for kept in itertools.islice(remaining, PREFETCH_FRAMES):
+        pending.append(pool.submit(load_frame, reader, kept))
+    while pending:
+        future = pending.popleft()
+        for kept in itertools.islice(remaining, 1):
+            pending.append(pool.submit(load_frame, reader, kept))
+        yield future
+
+
+def _export_task(item: _Task, sink: _DatasetSink, pool: ThreadPoolExecutor) -> None:
     """Select, load and write the frames of one successful task."""
     reader, outcome = item.reader, item.outcome
     actions = reader.read_records(fmt.ACTIONS_FILE)
@@ -284,11 +306,12 @@ def _export_task(item: _Task, sink: _DatasetSink) -> None:
     outcome.excluded_actions = selection.excluded_actions
     outcome.excluded_predictions = selection.excluded_predictions
     outcome.excluded_planner_records = selection.excluded_planner_records
+    loaded = _prefetched(pool, reader, selection.kept)
     for run in contiguous_runs(selection.kept):
         frames: list[dict[str, Any]] = []
-        for kept in run:
+        for _ in run:
             try:
-                frame = load_frame(reader, kept)
+                frame = next(loaded).result()
                 sink.check(frame)
             except RecordError as error:
                 outcome.excluded_actions[error.reason] += 1
@@ -312,7 +335,8 @@ def export_flywheel(
     Args:
         input_root: One task folder (holds `task.json`), a run folder or any parent.
         output_dir: Folder to create: dataset in `train/`, counts in `report.json`.
-        image_writer_threads: LeRobot image writer threads (0: one image at a time).
+        image_writer_threads: LeRobot image writer threads (0: one image at a time); as many
+            threads (at least one) decode the recorded images ahead of the writer.
         use_videos: Store camera images as MP4 videos (True) or PNG frames (False).
 
     Returns:
@@ -340,8 +364,9 @@ def export_flywheel(
         sink = _DatasetSink(staging / DATASET_DIR, report, use_videos, image_writer_threads)
         eligible = [item for item in tasks if item.outcome.reason is None]
         try:
-            for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
-                _export_task(item, sink)
+            with ThreadPoolExecutor(max(1, image_writer_threads), "rpent-flywheel-read") as pool:
+                for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
+                    _export_task(item, sink, pool)
             sink.finalize()
         except BaseException:
             sink.abort()

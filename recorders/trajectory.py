@@ -14,10 +14,12 @@ with `default_source`.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -158,7 +160,9 @@ class TrajectoryWriter:
         self._id_counts = {"req": 0, "call": 0, "pred": 0}
         self._tasks_started = 0
         self._closed = False
-        atexit.register(self.close)
+        # Finish the open task at interpreter exit (without keeping the writer alive).
+        self._exit_hook = functools.partial(_close_if_alive, weakref.ref(self))
+        atexit.register(self._exit_hook)
 
     @property
     def task_dir(self) -> Path | None:
@@ -296,7 +300,7 @@ class TrajectoryWriter:
                 self.close_task()
             finally:
                 self._closed = True
-                atexit.unregister(self.close)
+                atexit.unregister(self._exit_hook)
                 self._images.close()
 
     def raise_if_failed(self) -> None:
@@ -442,6 +446,12 @@ class TrajectoryWriter:
             else:
                 record[key] = array
         return images, record
+
+
+def _close_if_alive(writer_ref: weakref.ref[TrajectoryWriter]) -> None:
+    writer = writer_ref()
+    if writer is not None:
+        writer.close()
 
 
 def _check_source(source: Any, allow_none: bool) -> None:
