@@ -192,6 +192,11 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         )
 
     @property
+    def elapsed_steps(self) -> int:
+        """Steps taken in the current episode."""
+        return self._elapsed_steps
+
+    @property
     def libero_env(self) -> Any:
         """LIBERO's `OffScreenRenderEnv` (its `.env` is the robosuite task), for privileged use."""
         return self._sim

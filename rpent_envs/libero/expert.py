@@ -165,8 +165,8 @@ class LiberoExpert:
             )
         self.env = base_env
         self.config = config or LiberoExpertConfig()
-        self.scene = SceneView(base_env.libero_env.env)
         robosuite_env = base_env.libero_env.env
+        self.scene = SceneView(robosuite_env)
         self.goal = pick_place_goal(
             robosuite_env.parsed_problem["goal_state"], robosuite_env.objects_dict
         )
@@ -175,7 +175,7 @@ class LiberoExpert:
 
     def act(self) -> np.ndarray:
         """The next action (float32, shape (7,)) for the current state."""
-        if self.env.episode_seed != self._episode_seed or self.env._elapsed_steps == 0:
+        if self.env.episode_seed != self._episode_seed or self.env.elapsed_steps == 0:
             self._episode_seed, self._closing_steps = self.env.episode_seed, 0
         target_pos, target_rot, gripper = self._decide()
         return self._servo(target_pos, target_rot, gripper)

@@ -79,6 +79,18 @@ def test_pro_task_suite_changes_instruction_and_goal_and_expert_follows():
         env.close()
 
 
+def test_instruction_source_benchmark_gives_the_registry_instruction():
+    env = gym.make(
+        LIBERO_ID, suite="libero_goal_task", task_id=8, obs_mode="state",
+        instruction_source="benchmark",
+    )  # fmt: skip
+    try:
+        _, info = env.reset(seed=0)
+        assert env.unwrapped.task_description == info["task"] == "put the bowl on the plate"
+    finally:
+        env.close()
+
+
 def test_expert_refuses_tasks_that_are_not_pick_and_place():
     from libero.libero.envs.bddl_utils import robosuite_parse_problem
 
