@@ -9,7 +9,7 @@ scripted primitives, labelled `scripted`. The episode is recorded with `RecordTr
 
 Usage (the default is libero_goal task 8, "put the bowl on the plate"):
     .venv/bin/python examples/libero_flywheel.py --run-dir runs/libero --export-dir exports/libero
-    .venv/bin/python examples/libero_flywheel.py --suite libero_goal_swap --task-id 1 ...
+    .venv/bin/python examples/libero_flywheel.py --suite libero_goal_swap --task-id 8 ...
 """
 
 import re
