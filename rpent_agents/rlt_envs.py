@@ -4,8 +4,8 @@
 `RLTObservation` (embedded default checkpoint) -> `PolicySwitch` with `AutoGate` in drop-in mode
 (`skip_inactive=True`): the VLA reference drives until the gate opens near the hole, then every
 `step` is the agent's chunk. `rpent_envs` registers the id with the string entry point
-`rpent_agents.rlt_envs:make_peg_rlt`, which is not an import, so `rpent_envs` never imports
-`rpent_agents`.
+`rpent_agents.rlt_envs:PegInsertionRLTEnv`, which is not an import, so `rpent_envs` never
+imports `rpent_agents`.
 """
 
 from __future__ import annotations
@@ -71,6 +71,56 @@ def make_peg_rlt(
         skip_inactive=skip_inactive,
         max_skipped_episodes=max_skipped_episodes,
     )
+
+
+class PegInsertionRLTEnv(gym.Env):
+    """`RPent/PegInsertion-RLT-v0` as one env object that owns its wrapper stack.
+
+    The stack (peg env -> `RLTObservation` -> `PolicySwitch`) holds live objects (the feature
+    model, the gate) that a Gymnasium spec cannot describe, so the registered entry point is
+    this class: `gym.make(env.spec)` rebuilds it from its keyword arguments alone. Attributes
+    of the inner wrappers stay reachable through `get_wrapper_attr` (e.g. `actor_ready`,
+    `raw_observation`); `stack` is the wrapper stack itself.
+
+    Example:
+        >>> env = gym.make("RPent/PegInsertion-RLT-v0")
+        >>> obs, info = env.reset(seed=0)  # runs the VLA reference until the gate opens
+        >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Build the stack; the keyword arguments are those of `make_peg_rlt`."""
+        self.stack = make_peg_rlt(**kwargs)
+        self.observation_space = self.stack.observation_space
+        self.action_space = self.stack.action_space
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Reset the stack (drop-in mode: up to the first chunk the agent drives)."""
+        super().reset(seed=seed)
+        return self.stack.reset(seed=seed, options=options)
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
+        """Execute one chunk; see `PolicySwitch.step` for the info keys."""
+        return self.stack.step(action)
+
+    def close(self) -> None:
+        """Close the stack and the simulator."""
+        self.stack.close()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        """An attribute of this env, else of the first inner wrapper that has it."""
+        if name in self.__dict__ or hasattr(type(self), name):
+            return getattr(self, name)
+        return self.stack.get_wrapper_attr(name)
+
+    @property
+    def peg_env(self) -> gym.Env:
+        """The raw peg env at the bottom of the stack (task, privileged state)."""
+        return self.stack.unwrapped
 
 
 @dataclass

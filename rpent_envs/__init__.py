@@ -13,6 +13,12 @@ gym.register(
     max_episode_steps=500,
 )
 
+PEG_RLT_ID = "RPent/PegInsertion-RLT-v0"
+
+# A string entry point is not an import: rpent_envs still never imports rpent_agents.
+# One step = one action chunk; the inner peg env keeps its 500-step limit.
+gym.register(id=PEG_RLT_ID, entry_point="rpent_agents.rlt_envs:PegInsertionRLTEnv")
+
 FRANKA_ID = "RPent/Franka-v0"
 
 gym.register(

@@ -141,11 +141,15 @@ class PI05FeatureModel:
         self, observations: Sequence[Mapping[str, Any]], instructions: Sequence[str]
     ) -> PrefixFeatures:
         """Prefix hidden states, pad mask and reference chunk (env units), one prefix pass."""
+        return self.features_from_policy_batch(self._policy_batch(observations, instructions))
+
+    @torch.no_grad()
+    def features_from_policy_batch(self, batch: Mapping[str, Any]) -> PrefixFeatures:
+        """`featurize` after the pre-processor: images, prompt tokens and mask are in `batch`."""
         from lerobot.policies.common.flow_matching import euler_integrate
         from lerobot.policies.common.vla_utils import make_att_2d_masks, prepare_attention_masks_4d
         from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS
 
-        batch = self._policy_batch(observations, instructions)
         model = self.policy.model
         images, image_masks = self.policy._preprocess_images(batch)
         tokens = batch[OBS_LANGUAGE_TOKENS]
@@ -162,7 +166,7 @@ class PI05FeatureModel:
         )
         config = self.policy.config
         noise = model.sample_noise(
-            (len(observations), config.chunk_size, config.max_action_dim), self.device
+            (tokens.shape[0], config.chunk_size, config.max_action_dim), self.device
         )
         chunk = euler_integrate(
             lambda noisy, time: model.denoise_step(pad_mask, cache, noisy, time),

@@ -1,0 +1,160 @@
+"""Stage 1 on a real rpent-collect dataset: frame cache, training CLI, TensorBoard, resume."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rpent_agents.demos import CollectArgs, collect_peg_demos
+from rpent_agents.features.checkpoint import load_checkpoint, load_featurizer
+from rpent_agents.frame_cache import FrameCache
+from rpent_agents.stage1 import TrainArgs, build_models, random_shift, stage1_losses, train
+
+TINY_MODEL = [
+    "--vla.dim", "32", "--vla.image-size", "32", "--vla.patch-size", "16", "--vla.num-layers", "1",
+    "--vla.num-head-layers", "1", "--rl-token.prefix-seq-len", "64",
+]  # fmt: skip
+
+
+def stage1_cli(*arguments):
+    return subprocess.run(
+        [sys.executable, "-m", "rpent_agents.stage1", *arguments], capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("stage1") / "demos"
+    args = CollectArgs(output_dir, num_episodes=2, seed=20, image_size=32, use_videos=False)
+    collect_peg_demos(args)
+    return output_dir
+
+
+@pytest.fixture(scope="module")
+def cache_path(dataset_dir):
+    path = dataset_dir.parent / "demos.npz"
+    result = stage1_cli("export-cache", "--dataset", str(dataset_dir), "--output", str(path))
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(cache_path):
+    output_dir = cache_path.parent / "checkpoint"
+    result = stage1_cli(
+        "train", "--data", str(cache_path), "--output-dir", str(output_dir), "--steps", "4",
+        "--batch-size", "4", "--log-every", "2", "--save-every", "2", "--val-episodes", "1",
+        "--device", "cpu", *TINY_MODEL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return output_dir
+
+
+def test_cache_holds_every_frame_of_the_dataset(dataset_dir, cache_path):
+    dataset = LeRobotDataset("local/demos", root=dataset_dir)
+    cache = FrameCache.load(cache_path)
+    assert len(cache) == len(dataset) and cache.tasks == ["insert the peg in the hole"]
+    assert cache.image.shape == (len(dataset), 32, 32, 3) and cache.image.dtype == np.uint8
+    assert cache.state.shape == (len(dataset), 9) and cache.actions.shape == (len(dataset), 8)
+    assert sorted(set(cache.episode_index.tolist())) == [0, 1]
+    last = len(dataset) - 1
+    np.testing.assert_allclose(cache.actions[last], dataset[last]["actions"].numpy())
+    decoded = (dataset[last]["wrist_image"].permute(1, 2, 0).numpy() * 255).round()
+    np.testing.assert_array_equal(cache.wrist_image[last], decoded.astype(np.uint8))
+
+
+def test_chunk_targets_stop_at_episode_ends():
+    cache = FrameCache(
+        image=np.zeros((5, 8, 8, 3), np.uint8),
+        wrist_image=np.zeros((5, 8, 8, 3), np.uint8),
+        state=np.zeros((5, 9), np.float32),
+        actions=np.arange(40, dtype=np.float32).reshape(5, 8),
+        episode_index=np.array([0, 0, 0, 1, 1]),
+        task_index=np.zeros(5, np.int64),
+        tasks=["t"],
+    )
+    index, valid = cache.chunk_targets(3)
+    assert index.tolist() == [[0, 1, 2], [1, 2, 2], [2, 2, 2], [3, 4, 4], [4, 4, 4]]
+    assert valid.tolist() == [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 0], [1, 0, 0]]
+
+
+def test_training_writes_a_loadable_checkpoint_and_tensorboard(trained, cache_path):
+    names = {path.name for path in trained.iterdir()}
+    assert {"model.safetensors", "config.json", "norm_stats.json", "training_state.pt"} <= names
+    config = json.loads((trained / "config.json").read_text())
+    assert config["metadata"]["step"] == 4 and config["rl_token"]["dim"] == 32
+    events = EventAccumulator(str(trained / "tensorboard"))
+    events.Reload()
+    for tag in ("train/loss", "train/rlt_loss", "train/vla_loss", "val/chunk_mse"):
+        assert [event.step for event in events.Scalars(tag)] == [2, 4]
+    cache = FrameCache.load(cache_path)
+    obs = {key: getattr(cache, key)[0] for key in ("image", "wrist_image", "state")}
+    features = load_featurizer(trained).rlt_features([obs], cache.tasks)
+    assert features.z_rl.shape == (1, 32) and features.ref_chunk.shape == (1, 10, 8)
+    vla, _, _ = load_checkpoint(trained)
+    np.testing.assert_allclose(vla.norm_stats.action_mean, cache.actions.mean(0), rtol=1e-5)
+
+
+def test_resume_continues_and_an_existing_folder_is_refused(trained, cache_path):
+    common = ["train", "--data", str(cache_path), "--output-dir", str(trained), *TINY_MODEL]
+    refused = stage1_cli(*common, "--steps", "6", "--device", "cpu")
+    assert (
+        refused.returncode != 0 and "--resume" in refused.stderr and str(trained) in refused.stderr
+    )
+    resumed = stage1_cli(
+        *common, "--steps", "6", "--batch-size", "4", "--save-every", "2", "--val-episodes", "1",
+        "--device", "cpu", "--resume",
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((trained / "config.json").read_text())["metadata"]["step"] == 6
+    events = EventAccumulator(str(trained / "tensorboard"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("train/rlt_loss")][-1] == 6
+
+
+def test_training_reads_a_lerobot_folder_directly(dataset_dir, tmp_path):
+    args = TrainArgs(data=dataset_dir, output_dir=tmp_path / "from_dataset", steps=1, batch_size=2)
+    args.vla.dim, args.vla.image_size, args.vla.patch_size, args.vla.num_layers = 32, 32, 16, 1
+    args.rl_token.prefix_seq_len, args.device, args.val_episodes = 64, "cpu", 1
+    assert (train(args) / "model.safetensors").is_file()
+
+
+def test_rlt_loss_trains_only_the_rl_token(cache_path, tmp_path):
+    args = TrainArgs(data=cache_path, output_dir=tmp_path / "unused")
+    args.vla.dim, args.vla.image_size, args.vla.patch_size, args.vla.num_layers = 32, 32, 16, 1
+    cache = FrameCache.load(cache_path)
+    vla, rl_token = build_models(args, cache)
+    from rpent_agents.stage1 import DemoSampler
+
+    batch = DemoSampler(cache, vla, np.arange(len(cache)), "cpu").random_batch(2, 0)
+    losses = stage1_losses(vla, rl_token, batch, rlt_alpha=1.0)
+    vla_grads = torch.autograd.grad(
+        losses["rlt_loss"], list(vla.parameters()), allow_unused=True, retain_graph=True
+    )
+    assert all(grad is None for grad in vla_grads)
+    assert any(grad is not None for grad in torch.autograd.grad(
+        losses["vla_loss"], list(vla.parameters()), allow_unused=True
+    ))  # fmt: skip
+
+
+def test_random_shift_moves_images_within_bounds():
+    images = torch.arange(2 * 8 * 8 * 3, dtype=torch.float32).reshape(2, 8, 8, 3).to(torch.uint8)
+    assert torch.equal(random_shift(images, 0), images)
+    torch.manual_seed(0)
+    shifted = random_shift(images, 2)
+    assert shifted.shape == images.shape and shifted.dtype == torch.uint8
+
+
+def test_stage1_modules_import_without_lerobot_gymnasium_or_simulator():
+    code = (
+        "import sys, rpent_agents.stage1, rpent_agents.rlt_token, rpent_agents.features.builtin;"
+        "heavy = [m for m in ('lerobot', 'gymnasium', 'mani_skill', 'sapien') if m in sys.modules];"
+        "assert not heavy, heavy"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
