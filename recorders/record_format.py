@@ -1,4 +1,4 @@
-"""The trajectory record format on disk: names, JSON encoding, atomic and append-only writes.
+"""The trajectory record format on disk: names, task.json fields, NaN-safe JSON, safe writes.
 
 One task is one folder `<output-dir>/trajectories/<task_id>/` (DESIGN.md §6). JSON never
 contains NaN or infinity: non-finite floats are written as the strings "NaN", "Infinity" and
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,73 @@ PREDICTIONS_FILE = "predictions.jsonl"
 ACTIONS_FILE = "actions.jsonl"
 ARTIFACTS_DIR = "artifacts"
 NON_FINITE_NAMES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+@dataclass
+class TaskMetadata:
+    """What `task.json` says about a task, so that its episode can be replayed and grouped.
+
+    Attributes:
+        env_id: Gymnasium id of the env (`env.spec.id`), None when it was not made by id.
+        env_kwargs: Keyword arguments the env was made with (`env.spec.kwargs`).
+        robot: Robot name (one robot per export); None when unknown.
+        fps: Control frequency, the dataset's frames per second.
+        instruction: The env's language instruction.
+        seed: Seed passed to `reset`, None when unseeded.
+        episode_seed: Seed that replays the episode (`info["episode_seed"]`) when the env says.
+        reset_options: `options` passed to `reset`.
+        suite: Benchmark suite (LIBERO, ...), when there is one.
+        task_index: Task index within the suite.
+        planner: Who planned, e.g. {"kind": "llm", "model": "..."}.
+        extra: Anything else the caller wants stored.
+    """
+
+    env_id: str | None
+    fps: int
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    robot: str | None = None
+    instruction: str | None = None
+    seed: int | None = None
+    episode_seed: int | None = None
+    reset_options: dict[str, Any] | None = None
+    suite: str | None = None
+    task_index: int | None = None
+    planner: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def safe_name(text: str) -> str:
+    """`text` as a folder or file name: runs of other characters than [A-Za-z0-9._-] become _."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "task"
+
+
+def create_task_dir(trajectories_dir: Path, name: str, derived: bool) -> Path:
+    """Create a new task folder; an existing one is never reused or overwritten.
+
+    Args:
+        trajectories_dir: The run's `trajectories/` folder.
+        name: Folder name (a plain name: letters, digits, '.', '_', '-').
+        derived: The name was made up by the recorder: add `-1`, `-2`, ... when it is taken.
+
+    Raises:
+        FileExistsError: When a caller-given `name` is taken.
+        ValueError: When `name` is not a plain folder name.
+    """
+    if safe_name(name) != name:
+        raise ValueError(
+            f"task_id={name!r}: use a plain folder name of letters, digits, '.', '_' and '-'"
+        )
+    for attempt in range(10_000 if derived else 1):
+        task_dir = trajectories_dir / (name if attempt == 0 else f"{name}-{attempt}")
+        try:
+            task_dir.mkdir()
+            return task_dir
+        except FileExistsError:
+            continue
+    raise FileExistsError(
+        f"task folder {trajectories_dir / name} already exists; records are never overwritten,"
+        " choose another task_id"
+    )
 
 
 def _float_to_json(value: float) -> float | str:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-import re
 import threading
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from recorders import record_format as fmt
 from recorders.image_writer import BackgroundImageWriter, ImageWriteError
 from recorders.lerobot_io import is_image
 from recorders.provenance import ACTION_SOURCES, ActionSource
+from recorders.record_format import TaskMetadata
 from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
 
 __all__ = [
@@ -46,39 +46,6 @@ END_REASONS = ("terminated", "truncated", "reset", "closed")
 
 
 @dataclass
-class TaskMetadata:
-    """What `task.json` says about a task, so that its episode can be replayed and grouped.
-
-    Attributes:
-        env_id: Gymnasium id of the env (`env.spec.id`), None when it was not made by id.
-        env_kwargs: Keyword arguments the env was made with (`env.spec.kwargs`).
-        robot: Robot name (one robot per export); None when unknown.
-        fps: Control frequency, the dataset's frames per second.
-        instruction: The env's language instruction.
-        seed: Seed passed to `reset`, None when unseeded.
-        episode_seed: Seed that replays the episode (`info["episode_seed"]`) when the env says.
-        reset_options: `options` passed to `reset`.
-        suite: Benchmark suite (LIBERO, ...), when there is one.
-        task_index: Task index within the suite.
-        planner: Who planned, e.g. {"kind": "llm", "model": "..."}.
-        extra: Anything else the caller wants stored.
-    """
-
-    env_id: str | None
-    fps: int
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    robot: str | None = None
-    instruction: str | None = None
-    seed: int | None = None
-    episode_seed: int | None = None
-    reset_options: dict[str, Any] | None = None
-    suite: str | None = None
-    task_index: int | None = None
-    planner: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class ActionLabel:
     """Where the next executed actions come from (see `ProvenanceLog.set_action_source`)."""
 
@@ -90,10 +57,6 @@ class ActionLabel:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "task"
 
 
 class _OpenTask:
@@ -406,30 +369,11 @@ class TrajectoryWriter:
 
     def _make_task_dir(self, metadata: TaskMetadata, task_id: str | None) -> Path:
         if task_id is not None:
-            if _safe_name(task_id) != task_id:
-                raise ValueError(
-                    f"task_id={task_id!r}: use a plain folder name of letters, digits, '.', '_'"
-                    " and '-'"
-                )
-            task_dir = self.trajectories_dir / task_id
-            try:
-                task_dir.mkdir()
-            except FileExistsError:
-                raise FileExistsError(
-                    f"task folder {task_dir} already exists; records are never overwritten,"
-                    " choose another task_id"
-                ) from None
-            return task_dir
+            return fmt.create_task_dir(self.trajectories_dir, task_id, derived=False)
         seed = metadata.seed if metadata.seed is not None else metadata.episode_seed
-        base = f"{_safe_name(metadata.env_id or 'env')}-seed{seed}-ep{self._tasks_started:04d}"
-        for attempt in range(10_000):
-            task_dir = self.trajectories_dir / (base if attempt == 0 else f"{base}-{attempt}")
-            try:
-                task_dir.mkdir()
-                return task_dir
-            except FileExistsError:
-                continue
-        raise FileExistsError(f"no free task folder name for {base} in {self.trajectories_dir}")
+        env_name = fmt.safe_name(metadata.env_id or "env")
+        base = f"{env_name}-seed{seed}-ep{self._tasks_started:04d}"
+        return fmt.create_task_dir(self.trajectories_dir, base, derived=True)
 
     def _split_observation(
         self, step: int, observation: Mapping[str, Any]
@@ -440,7 +384,7 @@ class TrajectoryWriter:
         for key, value in observation.items():
             array = np.asarray(value)
             if is_image(array):
-                relative_path = f"{fmt.ARTIFACTS_DIR}/step{step:06d}_{_safe_name(str(key))}.png"
+                relative_path = f"{fmt.ARTIFACTS_DIR}/step{step:06d}_{fmt.safe_name(str(key))}.png"
                 images.append((relative_path, array))
                 record[key] = relative_path
             else:
