@@ -214,33 +214,45 @@ class SummaryLog:
             self.writer.flush()
 
 
-def _save(args, vla, rl_token, optimizer, step, data_name) -> None:
-    metadata = {"step": step, "data": data_name, "rlt_alpha": args.rlt_alpha}
+def _save(
+    args: TrainArgs,
+    vla: BuiltinVLA,
+    rl_token: RLToken,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+) -> None:
+    """Write the checkpoint, and the full-precision state that `--resume` continues from."""
+    metadata = {"step": step, "data": Path(args.data).name, "rlt_alpha": args.rlt_alpha}
     dtype = getattr(torch, args.weights_dtype)
     save_checkpoint(args.output_dir, vla, rl_token, metadata, weights_dtype=dtype)
-    state = {"step": step, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()}
+    state = {
+        "step": step,
+        "vla": vla.state_dict(),
+        "rl_token": rl_token.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": torch.get_rng_state(),
+    }
     torch.save(state, args.output_dir / TRAINING_STATE_FILE)
 
 
-def _restore(args: TrainArgs, optimizer: torch.optim.Optimizer) -> int:
-    state = torch.load(args.output_dir / TRAINING_STATE_FILE, weights_only=True)
-    optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"])
-    return int(state["step"])
-
-
-def _prepare(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToken]:
-    """Fresh models, or those of the checkpoint being resumed."""
+def _is_resuming(args: TrainArgs) -> bool:
+    """True for --resume on a folder with a training state; refuses any other existing folder."""
     resuming = args.resume and (args.output_dir / TRAINING_STATE_FILE).is_file()
     if args.output_dir.exists() and not resuming:
         raise FileExistsError(
             f"output dir {args.output_dir} exists; pass --resume to continue it or choose a"
             " new path"
         )
-    if resuming:
-        vla, rl_token, _ = load_checkpoint(args.output_dir)
-        return vla, rl_token
-    return build_models(args, cache)
+    return resuming
+
+
+def _resumed_models(args: TrainArgs) -> tuple[BuiltinVLA, RLToken, dict]:
+    """The models of the folder being resumed, with their full-precision weights."""
+    vla, rl_token, _ = load_checkpoint(args.output_dir)
+    state = torch.load(args.output_dir / TRAINING_STATE_FILE, weights_only=True)
+    vla.load_state_dict(state["vla"])
+    rl_token.load_state_dict(state["rl_token"])
+    return vla, rl_token, state
 
 
 def train(args: TrainArgs) -> Path:
@@ -251,15 +263,18 @@ def train(args: TrainArgs) -> Path:
     """
     torch.manual_seed(args.seed)
     cache = load_frames(args.data)
-    vla, rl_token = _prepare(args, cache)
+    resuming = _is_resuming(args)
+    vla, rl_token, state = _resumed_models(args) if resuming else (*build_models(args, cache), {})
     vla, rl_token = vla.to(args.device).train(), rl_token.to(args.device).train()
     parameters = [*vla.parameters(), *rl_token.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=args.learning_rate, weight_decay=args.weight_decay)
     train_rows, val_rows = split_frames(cache, args.val_episodes)
     sampler = DemoSampler(cache, vla, train_rows, args.device)
     val_sampler = DemoSampler(cache, vla, val_rows, args.device) if len(val_rows) else None
-    resuming = args.resume and (args.output_dir / TRAINING_STATE_FILE).is_file()
-    start_step = _restore(args, optimizer) if resuming else 0
+    start_step = int(state.get("step", 0))
+    if resuming:
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
     args.output_dir.mkdir(parents=True, exist_ok=True)
     log = SummaryLog(args.output_dir / "tensorboard")
     for step in tqdm(range(start_step + 1, args.steps + 1), desc="stage 1", initial=start_step):
@@ -279,7 +294,7 @@ def train(args: TrainArgs) -> Path:
                 scalars["val/chunk_mse"] = validation_chunk_mse(vla, val_sampler)
             log.scalars(scalars, step)
         if step % args.save_every == 0 or step == args.steps:
-            _save(args, vla, rl_token, optimizer, step, Path(args.data).name)
+            _save(args, vla, rl_token, optimizer, step)
     return args.output_dir
 
 
