@@ -118,6 +118,7 @@ class SubprocessEnv(gym.Env[Any, Any]):
     the backend keep their built-in type (or become `RemoteError`) and the env stays usable.
     The worker is killed on `close()`, when the env is garbage-collected, at interpreter exit,
     and when this process dies (Linux parent-death signal; a watchdog elsewhere).
+    `task_description` mirrors the last `info["task"]` ("" until a reset reports one).
 
     Example:
         >>> env = SubprocessEnv("my_backend.py:make_env", {"size": 64},
@@ -178,6 +179,7 @@ class SubprocessEnv(gym.Env[Any, Any]):
         self.metadata = {**self.metadata, **ready["metadata"]}
         self.render_mode = ready["render_mode"]
         self.worker_runtime: dict[str, Any] = ready["runtime"]
+        self.task_description = ""
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -186,6 +188,7 @@ class SubprocessEnv(gym.Env[Any, Any]):
         super().reset(seed=seed)
         request = {"command": "reset", "seed": seed, "options": options}
         observation, info = self._request(request, self.call_timeout_s)
+        self._note_task(info)
         return observation, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
@@ -194,6 +197,7 @@ class SubprocessEnv(gym.Env[Any, Any]):
         observation, reward, terminated, truncated, info = self._request(
             request, self.call_timeout_s
         )
+        self._note_task(info)
         return observation, float(reward), bool(terminated), bool(truncated), info
 
     def render(self) -> Any:
@@ -224,6 +228,11 @@ class SubprocessEnv(gym.Env[Any, Any]):
                 logger.warning("worker %d did not close cleanly: %s", self.worker_pid, error)
         self._failure = self._failure or "the env was closed"
         self._finalizer()
+
+    def _note_task(self, info: dict[str, Any]) -> None:
+        """Mirror the instruction (DESIGN.md §2: `info["task"]`) as `task_description`."""
+        if isinstance(info.get("task"), str):
+            self.task_description = info["task"]
 
     def _request(self, message: dict[str, Any], timeout_s: float) -> Any:
         if self._failure is not None:

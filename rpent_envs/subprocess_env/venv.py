@@ -14,7 +14,6 @@ import importlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -28,6 +27,7 @@ STAMP_NAME = ".rpent-venv-stamp"
 BACKEND_SPECS = {
     "robocasa": "rpent_envs.robocasa.install:VENV_SPEC",
     "robotwin": "rpent_envs.robotwin.install:VENV_SPEC",
+    "robotwin-light": "rpent_envs.robotwin.install:LIGHT_VENV_SPEC",  # CI: local CPU torch
 }
 
 
@@ -65,25 +65,28 @@ def venv_python(venv_dir: Path) -> Path:
 
 
 def find_python(version: str) -> Path:
-    """An interpreter of `version` ("3.11"): `python3.11` on PATH, else the newest pyenv one.
+    """An interpreter of `version` ("3.11"): the newest pyenv one, else `python3.11` on PATH.
+
+    pyenv's shims on PATH are skipped: they resolve by the current folder's `.python-version`.
 
     Raises:
         FileNotFoundError: None found; the message says how to install one.
     """
     if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        return Path(sys.executable)
-    on_path = shutil.which(f"python{version}")
-    if on_path:
-        return Path(on_path)
+        return Path(getattr(sys, "_base_executable", sys.executable))  # not a venv's python
     pyenv_versions = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates = sorted(
+    installed = sorted(
         pyenv_versions.glob(f"{version}.*/bin/python{version}"),
         key=lambda path: [int(part) for part in path.parents[1].name.split(".") if part.isdigit()],
     )
-    if candidates:
-        return candidates[-1]
+    if installed:
+        return installed[-1]
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(directory) / f"python{version}"
+        if "shims" not in candidate.parts and os.access(candidate, os.X_OK):
+            return candidate
     raise FileNotFoundError(
-        f"no Python {version} found (python{version} on PATH or under {pyenv_versions}); "
+        f"no Python {version} found (under {pyenv_versions} or python{version} on PATH); "
         f"install one (e.g. `pyenv install {version}`) or pass its path with --python"
     )
 
@@ -161,9 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for backend in args.backends:
-        venv_dir = args.venvs_dir / backend if args.venvs_dir else None
-        interpreter = ensure_venv(load_spec(backend), venv_dir, args.python)
-        print(f"{backend}: {interpreter}")  # noqa: T201  (the command's output)
+        spec = load_spec(backend)
+        venv_dir = args.venvs_dir / spec.name if args.venvs_dir else None
+        interpreter = ensure_venv(spec, venv_dir, args.python)
+        print(f"{backend}: {interpreter}")
 
 
 if __name__ == "__main__":
