@@ -32,3 +32,13 @@ LIBERO_ID = "RPent/Libero-v0"
 
 # No max_episode_steps here: the horizon depends on the suite, so the env truncates itself.
 gym.register(id=LIBERO_ID, entry_point="rpent_envs.libero.env:LiberoEnv")
+
+ROBOCASA_ID = "RPent/RoboCasa-v0"
+ROBOTWIN_ID = "RPent/RoboTwin-v0"
+
+# Both run their simulator in a worker process with the backend's own venv
+# (`rpent-backend-venv robocasa|robotwin`); RoboTwin truncates at its tasks' step limits.
+gym.register(
+    id=ROBOCASA_ID, entry_point="rpent_envs.robocasa.env:RoboCasaEnv", max_episode_steps=500
+)
+gym.register(id=ROBOTWIN_ID, entry_point="rpent_envs.robotwin.env:RoboTwinEnv")
