@@ -291,3 +291,12 @@ def test_space_types_survive_the_trip(old_python, tmp_path):
         )
     finally:
         env.close()
+
+
+def test_ensure_venv_does_nothing_when_its_stamp_matches(old_python):
+    started = time.monotonic()
+    assert ensure_venv(OLD_STACK, venvs_dir() / OLD_STACK.name) == old_python
+    assert time.monotonic() - started < 1.0
+    assert (old_python.parent.parent / ".rpent-venv-stamp").read_text().strip() == (
+        OLD_STACK.fingerprint()
+    )
