@@ -117,7 +117,7 @@ class SubprocessEnv(gym.Env[Any, Any]):
     `WorkerTimeoutError`; after either, every call raises `WorkerDiedError`. Exceptions inside
     the backend keep their built-in type (or become `RemoteError`) and the env stays usable.
     The worker is killed on `close()`, when the env is garbage-collected, at interpreter exit,
-    and when this process dies (Linux parent-death signal; a watchdog elsewhere).
+    and when this process dies (Linux parent-death signal, and a watchdog in the worker).
     `task_description` mirrors the last `info["task"]` ("" until a reset reports one).
 
     Example:
@@ -148,8 +148,9 @@ class SubprocessEnv(gym.Env[Any, Any]):
             factory: "path/to/file.py:name" or "module:name" of a callable returning the env.
             kwargs: Keyword arguments of `factory` (sent as a message, see above).
             python: Interpreter of the worker; default: this one.
-            worker_env: Environment variables to set in the worker (on top of this process's,
-                less PYTHONPATH and PYTHONHOME, which belong to this interpreter).
+            worker_env: Environment variables to set in the worker, on top of this process's
+                (less PYTHONPATH, PYTHONHOME, PYTHONSTARTUP and VIRTUAL_ENV, which point at
+                this interpreter's packages).
             make_timeout_s: Seconds to wait for the worker to build the env.
             call_timeout_s: Seconds to wait for each reset, step, render or attribute call.
             close_timeout_s: Seconds to let the backend close before the worker is killed.
