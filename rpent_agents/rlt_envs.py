@@ -10,6 +10,7 @@ imports `rpent_agents`.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,8 @@ class EvalArgs:
     """Steps executed from each reference chunk before featurizing again."""
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     render_backend: Literal["auto", "cpu", "gpu"] = "auto"
+    report_json: Path | None = None
+    """Also write the report (success rate, successful seeds) to this JSON file."""
 
 
 def run_base_policy_episode(env: RLTObservation, seed: int) -> bool:
@@ -170,7 +173,10 @@ def evaluate_base_policy(args: EvalArgs) -> dict[str, Any]:
 def main() -> None:
     """Entry point of `rpent-eval-base`."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    report = evaluate_base_policy(tyro.cli(EvalArgs))
+    args = tyro.cli(EvalArgs)
+    report = evaluate_base_policy(args)
+    if args.report_json is not None:
+        args.report_json.write_text(json.dumps(report, indent=2))
     print(f"success rate {report['success_rate']:.2f} over {len(report['seeds'])} seeds")
 
 

@@ -15,6 +15,8 @@ safetensors, tyro and tqdm are needed to train from a cache (no lerobot, gymnasi
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
@@ -74,6 +76,8 @@ class TrainArgs:
     """Continue from `output_dir/training_state.pt` instead of refusing an existing folder."""
     weights_dtype: Literal["float32", "bfloat16"] = "float32"
     """Storage dtype of the saved weights (bfloat16 halves the checkpoint)."""
+    max_minutes: float = 0.0
+    """Stop early, saving the checkpoint, after this much training time (0: no limit)."""
 
 
 @dataclass
@@ -277,6 +281,7 @@ def train(args: TrainArgs) -> Path:
         torch.set_rng_state(state["rng"])
     args.output_dir.mkdir(parents=True, exist_ok=True)
     log = SummaryLog(args.output_dir / "tensorboard")
+    deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes > 0 else math.inf
     for step in tqdm(range(start_step + 1, args.steps + 1), desc="stage 1", initial=start_step):
         losses = stage1_losses(
             vla,
@@ -293,8 +298,12 @@ def train(args: TrainArgs) -> Path:
             if val_sampler is not None:
                 scalars["val/chunk_mse"] = validation_chunk_mse(vla, val_sampler)
             log.scalars(scalars, step)
-        if step % args.save_every == 0 or step == args.steps:
+        out_of_time = time.monotonic() > deadline
+        if step % args.save_every == 0 or step == args.steps or out_of_time:
             _save(args, vla, rl_token, optimizer, step)
+        if out_of_time:
+            logger.info("stopped at step %d: --max-minutes %.1f reached", step, args.max_minutes)
+            break
     return args.output_dir
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-from rpent_agents.demos import COLLECT_MANIFEST, CollectArgs, collect_peg_demos
+from rpent_agents.demos import CACHE_FILE, COLLECT_MANIFEST, CollectArgs, collect_peg_demos
+from rpent_agents.frame_cache import FrameCache
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +58,24 @@ def test_cli_refuses_an_existing_output_dir(collected):
     assert result.returncode != 0
     assert "already exists" in result.stderr and str(output_dir) in result.stderr
     assert sorted(p.name for p in output_dir.rglob("*")) == before
+
+
+def test_npz_cache_from_worker_processes(tmp_path):
+    output_dir = tmp_path / "peg_cache"
+    report = collect_peg_demos(
+        CollectArgs(
+            output_dir=output_dir,
+            num_episodes=2,
+            seed=20,
+            image_size=32,
+            npz_cache=True,
+            num_workers=2,
+        )
+    )
+    cache = FrameCache.load(output_dir / CACHE_FILE)
+    assert len(cache) == report.frames and report.seeds_kept == [20, 21]
+    assert cache.image.shape[1:] == (32, 32, 3) and cache.image.dtype == np.uint8
+    assert cache.actions.shape[1] == 8 and cache.state.shape[1] == 9
+    assert cache.tasks == ["insert the peg in the hole"]
+    assert sorted(set(cache.episode_index.tolist())) == [0, 1]
+    assert json.loads((output_dir / COLLECT_MANIFEST).read_text())["seeds_kept"] == [20, 21]
