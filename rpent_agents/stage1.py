@@ -14,6 +14,7 @@ safetensors, tyro and tqdm are needed to train from a cache (no lerobot, gymnasi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -78,6 +79,8 @@ class TrainArgs:
     """Storage dtype of the saved weights (bfloat16 halves the checkpoint)."""
     max_minutes: float = 0.0
     """Stop early, saving the checkpoint, after this much training time (0: no limit)."""
+    amp: bool = True
+    """On CUDA, run forward and backward under bfloat16 autocast (losses stay float32)."""
 
 
 @dataclass
@@ -281,14 +284,17 @@ def train(args: TrainArgs) -> Path:
         torch.set_rng_state(state["rng"])
     args.output_dir.mkdir(parents=True, exist_ok=True)
     log = SummaryLog(args.output_dir / "tensorboard")
+    use_amp = args.amp and torch.device(args.device).type == "cuda"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
     deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes > 0 else math.inf
     for step in tqdm(range(start_step + 1, args.steps + 1), desc="stage 1", initial=start_step):
-        losses = stage1_losses(
-            vla,
-            rl_token,
-            sampler.random_batch(args.batch_size, args.image_shift_px),
-            args.rlt_alpha,
-        )
+        with autocast:
+            losses = stage1_losses(
+                vla,
+                rl_token,
+                sampler.random_batch(args.batch_size, args.image_shift_px),
+                args.rlt_alpha,
+            )
         optimizer.zero_grad(set_to_none=True)
         losses["loss"].backward()
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)

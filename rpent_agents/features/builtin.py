@@ -217,9 +217,8 @@ class BuiltinVLA(nn.Module):
         text = self.text_embed(text_ids.to(self.device)) + self.text_positions[: text_ids.shape[1]]
         tokens = torch.cat([*images, self.state_embed(state)[:, None], text], dim=1)
         batch, image_and_state = tokens.shape[0], tokens.shape[1] - text_ids.shape[1]
-        pad_mask = torch.cat(
-            [text_mask.new_ones(batch, image_and_state), text_mask.to(self.device)], dim=1
-        )
+        text_mask = text_mask.to(self.device)
+        pad_mask = torch.cat([text_mask.new_ones(batch, image_and_state), text_mask], dim=1)
         for layer in self.layers:
             tokens = layer(tokens, pad_mask[:, None, None, :])
         return self.norm(tokens), pad_mask
