@@ -15,7 +15,7 @@ download() {
 }
 download "$out/wheels" gymnasium==1.4.0 farama-notifications dacite transforms3d trimesh==5.2.0 \
   pytorch_kinematics==0.7.6 arm_pytorch_utilities pytorch_seed defusedxml tyro==1.0.17 \
-  docstring_parser typeguard pyperclip
+  docstring_parser typeguard pyperclip stable-baselines3==2.9.2
 tmp=$(mktemp -d)
 download "$tmp" sapien==3.0.3 mani-skill==3.0.1
 python3 ../shared/tools/slim_maniskill_wheel.py "$tmp"/mani_skill-*.whl "$out/wheels" >/dev/null
