@@ -1,0 +1,140 @@
+"""The learning result of a Stage 2 run: `results.json` and a success-rate plot.
+
+A run evaluates the base policy (reference chunks only) once on held-out reset seeds, then the
+actor on the same seeds at points of training. `LearningResults` holds those figures with the
+env steps and wall time they took; `save` rewrites `results.json` atomically and `plot` draws
+success rate against env steps (PNG), so a run stopped at any moment leaves both consistent.
+
+Example:
+    >>> results = LearningResults(eval_seeds=list(range(50)), base_success_rate=0.4)
+    >>> results.add_eval(EvalPoint(env_steps=20000, success_rate=0.62, updates=9000,
+    ...                            wall_time_s=310.0, successful_seeds=[0, 3]))
+    >>> round(results.gain_points, 1)
+    22.0
+    >>> results.save(Path("runs/rlt/results.json")); results.plot(Path("runs/rlt/curve.png"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class EvalPoint:
+    """One evaluation of the actor during training.
+
+    Attributes:
+        env_steps: Training simulator steps before the evaluation.
+        success_rate: Fraction of the evaluation seeds that succeeded.
+        updates: Learner updates before the evaluation.
+        wall_time_s: Run wall time before the evaluation (all resumed parts together).
+        successful_seeds: The evaluation seeds that succeeded.
+    """
+
+    env_steps: int
+    success_rate: float
+    updates: int
+    wall_time_s: float
+    successful_seeds: list[int]
+
+
+@dataclass
+class LearningResults:
+    """Base policy against the actor on the same seeds, and what the run spent.
+
+    Attributes:
+        eval_seeds: Held-out reset seeds of every evaluation.
+        base_success_rate: Base policy success rate (None until measured).
+        base_successful_seeds: The seeds the base policy solved.
+        evals: Evaluations of the actor, in training order.
+        env_steps: Training simulator steps so far.
+        eval_env_steps: Simulator steps spent in evaluations (base included).
+        transitions: Replay transitions stored so far.
+        updates: Learner updates so far.
+        wall_time_s: Wall time so far (all resumed parts together).
+        stop_reason: Why the run stopped ("" while it runs).
+        args: The run's arguments.
+    """
+
+    eval_seeds: list[int]
+    base_success_rate: float | None = None
+    base_successful_seeds: list[int] = field(default_factory=list)
+    evals: list[EvalPoint] = field(default_factory=list)
+    env_steps: int = 0
+    eval_env_steps: int = 0
+    transitions: int = 0
+    updates: int = 0
+    wall_time_s: float = 0.0
+    stop_reason: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def add_eval(self, point: EvalPoint) -> None:
+        """Append an evaluation of the actor."""
+        self.evals.append(point)
+
+    @property
+    def final_success_rate(self) -> float | None:
+        """Success rate of the latest evaluation of the actor (None before the first)."""
+        return self.evals[-1].success_rate if self.evals else None
+
+    @property
+    def gain_points(self) -> float | None:
+        """Latest actor success minus base success, in percentage points."""
+        if self.base_success_rate is None or self.final_success_rate is None:
+            return None
+        return 100.0 * (self.final_success_rate - self.base_success_rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields plus the derived `final_success_rate` and `gain_points`."""
+        return dataclasses.asdict(self) | {
+            "final_success_rate": self.final_success_rate,
+            "gain_points": self.gain_points,
+        }
+
+    def save(self, path: Path) -> None:
+        """Write `to_dict()` as JSON to `path` atomically (temp file + rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        os.replace(temporary, path)
+
+    @classmethod
+    def load(cls, path: Path) -> LearningResults:
+        """Read a file written by `save`."""
+        values = json.loads(Path(path).read_text())
+        names = {item.name for item in dataclasses.fields(cls)}
+        values = {key: value for key, value in values.items() if key in names}
+        values["evals"] = [EvalPoint(**point) for point in values.get("evals", [])]
+        return cls(**values)
+
+    def plot(self, path: Path, title: str = "Stage 2 on RPent/PegInsertion-RLT-v0") -> None:
+        """Draw success rate against training env steps (PNG at `path`)."""
+        from matplotlib.figure import Figure  # plotting is optional for the rest of the module
+
+        figure = Figure(figsize=(6.4, 4.0), dpi=120)
+        axes = figure.add_subplot()
+        if self.evals:
+            steps = [point.env_steps for point in self.evals]
+            rates = [point.success_rate for point in self.evals]
+            axes.plot(steps, rates, marker="o", label="actor (mean chunk)")
+        if self.base_success_rate is not None:
+            axes.axhline(self.base_success_rate, linestyle="--", color="gray", label="base policy")
+        axes.set(
+            xlabel="training env steps",
+            ylabel=f"success rate ({len(self.eval_seeds)} held-out seeds)",
+            ylim=(-0.02, 1.02),
+            title=title,
+        )
+        axes.grid(alpha=0.3)
+        axes.legend(loc="lower right")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(path.name + ".tmp.png")
+        figure.savefig(temporary)
+        os.replace(temporary, path)

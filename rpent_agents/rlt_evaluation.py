@@ -1,0 +1,120 @@
+"""Success rate of a policy on fixed reset seeds, measured on a training vector env.
+
+The workers of `rpent_agents.rlt_vector.make_rlt_vector_env` evaluate between training
+phases: each env runs the next held-out seed when its episode ends, until every seed has run
+once (envs left without a seed run throwaway episodes meanwhile). The expert takeover is off;
+`actor_ready=False` measures the base policy (reference chunks only), `actor_ready=True` the
+actor's chunks in the critical phase (the VLA reference outside it).
+
+Example:
+    >>> result = evaluate_on_seeds(envs, range(50), act=lambda obs: learner.act(obs, True),
+    ...                            actor_ready=True)
+    >>> result.success_rate, result.env_steps
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+from tqdm import tqdm
+
+from rpent_agents.rlt_vector import reset_envs
+from rpent_agents.stage2.rollout_stats import EpisodeStats
+from rpent_agents.stage2.transitions import info_of_env
+
+ChunkPolicy = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+"""Batched RLT observations -> flat action chunks (N, H*A)."""
+
+
+@dataclass
+class EvalResult:
+    """Outcome of one evaluation.
+
+    Attributes:
+        success_by_seed: Whether the episode of each seed succeeded (at any step).
+        env_steps: Simulator steps of the evaluated episodes.
+        wall_time_s: Wall-clock time of the whole evaluation.
+        scalars: `eval/success_once` and `eval/episode_len` (means over the episodes).
+    """
+
+    success_by_seed: dict[int, bool]
+    env_steps: int
+    wall_time_s: float
+    scalars: dict[str, float]
+
+    @property
+    def success_rate(self) -> float:
+        """Fraction of the seeds whose episode succeeded."""
+        return float(np.mean(list(self.success_by_seed.values())))
+
+
+def evaluate_on_seeds(
+    envs: gym.vector.VectorEnv,
+    seeds: Iterable[int],
+    act: ChunkPolicy,
+    actor_ready: bool,
+    progress_label: str = "eval",
+) -> EvalResult:
+    """Run one episode per seed on `envs` (an `RLTWorker` vector env) and count successes.
+
+    Args:
+        envs: The vector env; its episodes in progress are abandoned, and the caller resets
+            every env afterwards.
+        seeds: Reset seeds, one episode each.
+        act: The actor's chunks (used where the actor drives).
+        actor_ready: Whether the actor drives the critical phase (False: the base policy).
+        progress_label: Label of the progress bar.
+
+    Returns:
+        Per-seed successes, simulator steps and wall time of the evaluation.
+    """
+    started_s = time.monotonic()
+    pending = deque(seeds)
+    num_seeds = len(pending)
+    if num_seeds == 0 or len(set(pending)) != num_seeds:
+        raise ValueError(f"seeds must be distinct and not empty, got {list(pending)}")
+    envs.set_attr("actor_ready", actor_ready)
+    envs.set_attr("expert_takeover_enabled", False)
+    seed_of_env: list[int | None] = [
+        pending.popleft() if pending else None for _ in range(envs.num_envs)
+    ]
+    obs = reset_envs(envs, np.ones(envs.num_envs, bool), seed_of_env)
+    stats = EpisodeStats(envs.num_envs, prefix="eval")
+    success_by_seed: dict[int, bool] = {}
+    env_steps = 0
+    with tqdm(total=num_seeds, desc=progress_label, leave=False) as progress:
+        while len(success_by_seed) < num_seeds:
+            obs, _, terminated, truncated, infos = envs.step(act(obs))
+            done = terminated | truncated
+            for env_index, seed in enumerate(seed_of_env):
+                if seed is None:
+                    continue
+                info = info_of_env(infos, env_index)
+                env_steps += int(info["chunk_len"])
+                stats.record(env_index, info, bool(done[env_index]))
+                if done[env_index]:
+                    succeeded, _ = stats.finished[-1]  # the episode record() just closed
+                    success_by_seed[seed] = succeeded
+                    progress.update()
+            if done.any():
+                obs = _start_next_seeds(envs, done, seed_of_env, pending)
+    return EvalResult(success_by_seed, env_steps, time.monotonic() - started_s, stats.scalars())
+
+
+def _start_next_seeds(
+    envs: gym.vector.VectorEnv,
+    done: np.ndarray,
+    seed_of_env: list[int | None],
+    pending: deque[int],
+) -> dict[str, np.ndarray]:
+    """Reset the finished envs with the next pending seeds (None: a throwaway episode)."""
+    new_seeds = []
+    for env_index in np.flatnonzero(done):
+        seed_of_env[env_index] = pending.popleft() if pending else None
+        new_seeds.append(seed_of_env[env_index])
+    return reset_envs(envs, done, new_seeds)
