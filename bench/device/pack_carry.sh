@@ -4,15 +4,26 @@
 # SAPIEN and their small pure-Python needs travel here. SAPIEN is carried as a trimmed tar.xz
 # (no C++ headers, no CUDA denoiser, no stereo pattern: 30 MB instead of 51 MB).
 # On the device: bash bench/device/unpack_carry.sh && export PYTHONPATH=/tmp/site:$PWD
+#   bash bench/device/pack_carry.sh      # .carry/: ManiSkill, SAPIEN, GL loaders (Stage 1/2 jobs)
+#   bash bench/device/pack_carry.sh pi   # .carry_pi/: LeRobot's PI05 stack (featurize.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=.carry
-rm -rf "$out" && mkdir -p "$out/wheels" "$out/gl"
 download() {
   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d "$1" "${@:2}"
 }
+if [ "${1:-}" = pi ]; then
+  # The GPU machine has transformers 5.17 and tokenizers 0.23.2; lerobot 0.6.1 wants < 5.6.
+  # av and datasets are optional imports of the policy code: left out (~120 MB).
+  rm -rf .carry_pi && mkdir -p .carry_pi
+  download .carry_pi lerobot==0.6.1 transformers==5.5.4 tokenizers==0.22.2 draccus==0.11.6 \
+    mergedeep toml termcolor gymnasium==1.4.0 farama-notifications
+  du -sh .carry_pi
+  exit 0
+fi
+out=.carry
+rm -rf "$out" && mkdir -p "$out/wheels" "$out/gl"
 download "$out/wheels" gymnasium==1.4.0 farama-notifications dacite transforms3d trimesh==5.2.0 \
   pytorch_kinematics==0.7.6 arm_pytorch_utilities pytorch_seed defusedxml tyro==1.0.17 \
   docstring_parser typeguard pyperclip stable-baselines3==2.9.2

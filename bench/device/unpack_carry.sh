@@ -10,5 +10,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .ca
 tar -xJf .carry/sapien.tar.xz -C "$site"
 # mani_skill.utils.visualization imports IPython.display at import time; nothing here uses it.
 mkdir -p "$site/IPython"
-printf '' > "$site/IPython/__init__.py"
+printf "version_info = (8, 24)  # matplotlib skips its IPython hooks from 8.24 on\n" > "$site/IPython/__init__.py"
 printf 'def display(*args, **kwargs):\n    pass\n\n\nclass HTML(str):\n    pass\n' > "$site/IPython/display.py"
