@@ -4,7 +4,8 @@ Both learners get the same batch size and equal networks (actor 3 x 256 Tanh, tw
 3 x 256) and train on a replay buffer of random RLT transitions (sizes of the pi0.5 RL token by
 default). An "update" is one critic step with its target update (and, for Stage 2, the actor step
 on every `critic_actor_ratio`-th update; SAC steps actor and entropy coefficient every time).
-Stage 2 is also timed with critic_actor_ratio=1 to show what the ratio contributes.
+Stage 2 is also timed with critic_actor_ratio=1 to show what the ratio contributes and, on a
+CUDA device, without its CUDA graphs (`Stage2Config.cuda_graphs=False`: the eager update).
 
 Needs torch, numpy, stable-baselines3 (with gymnasium, cloudpickle, farama-notifications); the
 arguments use argparse so that nothing else has to be carried to a GPU machine.
@@ -61,13 +62,16 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def stage2_updates_per_s(args, dims, transitions, device, critic_actor_ratio) -> float:
+def stage2_updates_per_s(
+    args, dims, transitions, device, critic_actor_ratio, cuda_graphs=True
+) -> float:
     config = Stage2Config(
         chunk_len=args.chunk_len,
         batch_size=args.batch_size,
         replay_capacity=len(transitions),
         sample_window=len(transitions),
         critic_actor_ratio=critic_actor_ratio,
+        cuda_graphs=cuda_graphs,
         device=str(device),
     )
     learner = Stage2Learner(config, dims)
@@ -127,15 +131,19 @@ def main() -> None:
     dims = RLTDims(args.z_dim, args.proprio_dim, args.chunk_len, args.action_dim)
     rng = np.random.default_rng(0)
     transitions = [random_transition(rng, dims, args.chunk_len) for _ in range(args.replay_size)]
-    stage2 = stage2_updates_per_s(args, dims, transitions, device, critic_actor_ratio=4)
-    stage2_ratio_one = stage2_updates_per_s(args, dims, transitions, device, critic_actor_ratio=1)
+    rates = {"critic:actor 4": stage2_updates_per_s(args, dims, transitions, device, 4)}
+    if device.type == "cuda":
+        rates["critic:actor 4, eager"] = stage2_updates_per_s(
+            args, dims, transitions, device, 4, cuda_graphs=False
+        )
+    rates["critic:actor 1"] = stage2_updates_per_s(args, dims, transitions, device, 1)
     sac = sb3_sac_updates_per_s(args, dims, transitions, device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device={name} torch={torch.__version__} dims={dataclasses.asdict(dims)}")
     print(f"batch={args.batch_size} timed_updates={args.updates} warmup={args.warmup}")
-    for label, rate in (("4", stage2), ("1", stage2_ratio_one)):
-        print(f"stage2 (critic:actor {label}) updates/s = {rate:9.1f}  x{rate / sac:.2f} SB3 SAC")
-    print(f"SB3 SAC                 updates/s = {sac:9.1f}")
+    for label, rate in rates.items():
+        print(f"stage2 ({label:21s}) updates/s = {rate:9.1f}  x{rate / sac:.2f} SB3 SAC")
+    print(f"SB3 SAC {"":24s} updates/s = {sac:9.1f}")
 
 
 if __name__ == "__main__":

@@ -125,8 +125,13 @@ def resume_run(
     learner.actor.load_state_dict(state["actor"])
     learner.critic.load_state_dict(state["critic"])
     learner.target_critic.load_state_dict(state["target_critic"])
-    learner.actor_optimizer.load_state_dict(state["actor_optimizer"])
-    learner.critic_optimizer.load_state_dict(state["critic_optimizer"])
+    for optimizer, key in (
+        (learner.actor_optimizer, "actor_optimizer"),
+        (learner.critic_optimizer, "critic_optimizer"),
+    ):
+        optimizer.load_state_dict(state[key])
+        for group in optimizer.param_groups:  # a run saved on another device: this one's setting
+            group["capturable"] = learner.use_cuda_graphs
     learner.update_step = int(state["update_step"])
     learner.schedule.load_state_dict(state["schedule"])
     learner.replay.load(folder / REPLAY_FILE)

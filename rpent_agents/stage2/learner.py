@@ -6,13 +6,16 @@ dropout; a soft target update (tau) every `target_update_every` updates. `train_
 `UpdateSchedule` how many updates the data collected so far has earned and runs them.
 
 The update loop keeps every value on the device and synchronises once per `run_updates`, so a
-GPU is not stalled by per-update host reads.
+GPU is not stalled by per-update host reads. On a CUDA device each update is replayed as a
+captured CUDA graph (`Stage2Config.cuda_graphs`): one graph per update kind (with or without
+the actor step and the target update), fed through a static batch and static loss weights.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -40,10 +43,24 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(device)
 
 
-def _adam(module: torch.nn.Module, lr: float) -> torch.optim.Adam:
+def _adam(module: torch.nn.Module, lr: float, capturable: bool) -> torch.optim.Adam:
     # The fused kernel updates all parameters at once (CPU and CUDA); the default per-parameter
     # loop dominates the update time of networks this small.
-    return torch.optim.Adam(module.parameters(), lr=lr, fused=True)
+    return torch.optim.Adam(module.parameters(), lr=lr, fused=True, capturable=capturable)
+
+
+class UpdateKind(NamedTuple):
+    """What one update runs besides its critic step."""
+
+    actor_step: bool
+    target_update: bool
+
+
+class CapturedUpdate(NamedTuple):
+    """A CUDA graph of one update kind and the device tensors its scalars land in."""
+
+    graph: torch.cuda.CUDAGraph
+    scalars: dict[str, torch.Tensor]
 
 
 def obs_to_tensors(obs: Mapping[str, np.ndarray], device: torch.device) -> RLTObs:
@@ -84,8 +101,9 @@ class Stage2Learner:
                 config.num_q_heads,
             ).to(self.device)  # fmt: skip
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = _adam(self.actor, config.actor_lr)
-        self.critic_optimizer = _adam(self.critic, config.critic_lr)
+        self.use_cuda_graphs = config.cuda_graphs and self.device.type == "cuda"
+        self.actor_optimizer = _adam(self.actor, config.actor_lr, self.use_cuda_graphs)
+        self.critic_optimizer = _adam(self.critic, config.critic_lr, self.use_cuda_graphs)
         replay_device = self.device if config.replay_on_device else torch.device("cpu")
         self.replay = ReplayBuffer(
             dims, config.chunk_len, config.replay_capacity, config.sample_window, replay_device
@@ -94,6 +112,10 @@ class Stage2Learner:
         self.noise_generator = torch.Generator(device=self.device).manual_seed(config.seed + 1)
         self.schedule = UpdateSchedule(config)
         self.update_step = 0
+        self.captured_updates: dict[UpdateKind, CapturedUpdate] = {}
+        self.static_batch: RLTBatch | None = None
+        # (bc_weight, q_weight) of the update being replayed, read by the captured actor step.
+        self.static_loss_weights = torch.zeros(2, device=self.device)
 
     @property
     def ready_for_online(self) -> bool:
@@ -170,13 +192,60 @@ class Stage2Learner:
 
     def update(self, batch: RLTBatch) -> dict[str, torch.Tensor]:
         """One update on `batch`; returns its scalars as device tensors."""
-        scalars = {"critic/critic_loss": self._critic_step(batch)}
-        if self.update_step % self.config.critic_actor_ratio == 0:
-            scalars |= self._actor_step(batch)
-        if self.update_step % self.config.target_update_every == 0:
-            self._soft_update_target()
+        kind = UpdateKind(
+            actor_step=self.update_step % self.config.critic_actor_ratio == 0,
+            target_update=self.update_step % self.config.target_update_every == 0,
+        )
+        loss_weights = actor_loss_weights(self.update_step, self.config)
+        if self._optimizers_have_state() and self.use_cuda_graphs:
+            scalars = self._replay_update(kind, batch, loss_weights)
+        else:
+            scalars = self._update_steps(kind, batch, loss_weights)
         self.update_step += 1
         return scalars
+
+    def _optimizers_have_state(self) -> bool:
+        """Whether both Adams have stepped once (they allocate their state at the first step)."""
+        return bool(self.actor_optimizer.state) and bool(self.critic_optimizer.state)
+
+    def _update_steps(
+        self,
+        kind: UpdateKind,
+        batch: RLTBatch,
+        loss_weights: tuple[float, float] | tuple[torch.Tensor, torch.Tensor],
+    ) -> dict[str, torch.Tensor]:
+        scalars = {"critic/critic_loss": self._critic_step(batch)}
+        if kind.actor_step:
+            scalars |= self._actor_step(batch, *loss_weights)
+        if kind.target_update:
+            self._soft_update_target()
+        return scalars
+
+    def _replay_update(
+        self, kind: UpdateKind, batch: RLTBatch, loss_weights: tuple[float, float]
+    ) -> dict[str, torch.Tensor]:
+        """Run one update by replaying the CUDA graph of its kind (captured at first use)."""
+        if self.static_batch is None:
+            self.static_batch = copy.deepcopy(batch)
+        self.static_batch.copy_(batch)
+        if kind.actor_step:
+            for static_weight, weight in zip(self.static_loss_weights, loss_weights, strict=True):
+                static_weight.fill_(weight)
+        if kind not in self.captured_updates:
+            self.captured_updates[kind] = self._capture_update(kind)
+        captured = self.captured_updates[kind]
+        captured.graph.replay()
+        return captured.scalars
+
+    def _capture_update(self, kind: UpdateKind) -> CapturedUpdate:
+        """Record (without running) one update of `kind` on the static batch and weights."""
+        graph = torch.cuda.CUDAGraph()
+        # The noise and dropout draws advance the generator at every replay.
+        graph.register_generator_state(self.noise_generator)
+        bc_weight, q_weight = self.static_loss_weights.unbind()
+        with torch.cuda.graph(graph):
+            scalars = self._update_steps(kind, self.static_batch, (bc_weight, q_weight))
+        return CapturedUpdate(graph, scalars)
 
     def _critic_step(self, batch: RLTBatch) -> torch.Tensor:
         config = self.config
@@ -190,7 +259,12 @@ class Stage2Learner:
         self._step(self.critic_optimizer, self.critic, loss)
         return loss.detach()
 
-    def _actor_step(self, batch: RLTBatch) -> dict[str, torch.Tensor]:
+    def _actor_step(
+        self,
+        batch: RLTBatch,
+        bc_weight: float | torch.Tensor,
+        q_weight: float | torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
         config = self.config
         actor_chunk = self.actor(
             batch.obs,
@@ -199,7 +273,6 @@ class Stage2Learner:
         )
         q1 = self.critic(batch.obs, actor_chunk)[:, 0]
         bc = losses.bc_terms(actor_chunk, batch.obs.ref_chunk, batch.action, batch.intervened)
-        bc_weight, q_weight = actor_loss_weights(self.update_step, config)
         loss = losses.actor_loss(q1, bc.loss, q_weight, bc_weight)
         self._step(self.actor_optimizer, self.actor, loss)
         return {

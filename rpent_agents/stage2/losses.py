@@ -105,7 +105,13 @@ def bc_terms(
 
 
 def actor_loss(
-    q1_of_actor: torch.Tensor, bc_loss: torch.Tensor, q_weight: float, bc_weight: float
+    q1_of_actor: torch.Tensor,
+    bc_loss: torch.Tensor,
+    q_weight: float | torch.Tensor,
+    bc_weight: float | torch.Tensor,
 ) -> torch.Tensor:
-    """-q_weight * mean Q_1(s, pi(s)) + bc_weight * BC; `q1_of_actor` (B,)."""
+    """-q_weight * mean Q_1(s, pi(s)) + bc_weight * BC; `q1_of_actor` (B,).
+
+    The weights may be 0-dim device tensors (a CUDA graph reads them at replay).
+    """
     return -q_weight * q1_of_actor.mean() + bc_weight * bc_loss

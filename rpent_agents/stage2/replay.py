@@ -68,6 +68,16 @@ class RLTBatch:
             intervened=self.intervened.to(device),
         )
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the batch, in a fixed order."""
+        observations = (self.obs, self.next_obs)
+        obs_tensors = [t for obs in observations for t in (obs.z_rl, obs.proprio, obs.ref_chunk)]
+        return obs_tensors + [self.action, self.rewards, self.done, self.intervened]
+
+    def copy_(self, source: RLTBatch) -> None:
+        """Overwrite this batch's tensors in place with `source`'s (same shapes)."""
+        torch._foreach_copy_(self.tensors(), source.tensors())
+
 
 TRANSITION_FIELDS = tuple(field.name for field in fields(RLTTransition))
 

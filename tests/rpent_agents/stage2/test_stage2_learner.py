@@ -44,7 +44,7 @@ def test_actor_step_does_not_touch_the_critic_gradients():
     learner = _learner()
     batch = learner.replay.sample(16)
     learner.critic.zero_grad(set_to_none=True)
-    learner._actor_step(batch)
+    learner._actor_step(batch, bc_weight=1.0, q_weight=1.0)
     assert all(p.grad is None for p in learner.critic.parameters())
     assert all(p.grad is not None for p in learner.actor.parameters())
 

@@ -1,0 +1,107 @@
+"""CUDA-graph replay of the Stage 2 update against the eager update.
+
+These need a CUDA device, which CI never has; they run on the GPU machine
+(`python -m pytest tests/rpent_agents/stage2/test_stage2_cuda_graphs.py`).
+"""
+
+import numpy as np
+import pytest
+import torch
+from stage2_helpers import CHUNK_LEN, DIMS
+
+from rpent_agents.stage2 import RLTTransition, Stage2Config, Stage2Learner, resume_run, save_run
+from rpent_agents.stage2.learner import UpdateKind
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
+)
+
+
+def random_transitions(count: int, seed: int = 0) -> list[RLTTransition]:
+    rng = np.random.default_rng(seed)
+
+    def uniform(*shape: int) -> np.ndarray:
+        return rng.uniform(-1, 1, shape).astype(np.float32)
+
+    ref_shape = (DIMS.ref_chunk_len, DIMS.action_dim)
+    return [
+        RLTTransition(
+            z_rl=uniform(DIMS.z_dim),
+            proprio=uniform(DIMS.proprio_dim),
+            ref_chunk=uniform(*ref_shape),
+            action=uniform(CHUNK_LEN, DIMS.action_dim),
+            rewards=(rng.uniform(size=CHUNK_LEN) < 0.3).astype(np.float32),
+            next_z_rl=uniform(DIMS.z_dim),
+            next_proprio=uniform(DIMS.proprio_dim),
+            next_ref_chunk=uniform(*ref_shape),
+            done=bool(rng.uniform() < 0.2),
+            intervened=rng.uniform(size=CHUNK_LEN) < 0.3,
+        )
+        for _ in range(count)
+    ]
+
+
+def filled_learner(cuda_graphs: bool, **overrides) -> Stage2Learner:
+    config = Stage2Config(
+        chunk_len=CHUNK_LEN,
+        batch_size=32,
+        replay_capacity=256,
+        sample_window=256,
+        weight_warmup_updates=3,
+        weight_ramp_updates=6,
+        cuda_graphs=cuda_graphs,
+        device="cuda",
+        **overrides,
+    )
+    learner = Stage2Learner(config, DIMS)
+    learner.add_transitions(random_transitions(200))
+    return learner
+
+
+def network_tensors(learner: Stage2Learner) -> list[torch.Tensor]:
+    modules = (learner.actor, learner.critic, learner.target_critic)
+    return [tensor for module in modules for tensor in module.state_dict().values()]
+
+
+def assert_same_learning(eager: Stage2Learner, graphed: Stage2Learner) -> None:
+    for eager_tensor, graphed_tensor in zip(
+        network_tensors(eager), network_tensors(graphed), strict=True
+    ):
+        torch.testing.assert_close(graphed_tensor, eager_tensor, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"actor_noise_std": 0.0, "reference_dropout_prob": 0.0}],
+    ids=["noise-and-dropout", "deterministic"],
+)
+def test_graphed_updates_learn_what_eager_updates_learn(overrides):
+    eager = filled_learner(cuda_graphs=False, **overrides)
+    graphed = filled_learner(cuda_graphs=True, **overrides)
+
+    eager_scalars = eager.run_updates(21)
+    graphed_scalars = graphed.run_updates(21)
+
+    assert set(graphed.captured_updates) == {UpdateKind(True, True), UpdateKind(False, True)}
+    assert graphed_scalars.keys() == eager_scalars.keys()
+    for name, value in eager_scalars.items():
+        assert graphed_scalars[name] == pytest.approx(value, rel=1e-3, abs=1e-6), name
+    assert_same_learning(eager, graphed)
+
+
+def test_graphed_run_resumes_and_continues_like_an_uninterrupted_one(tmp_path):
+    uninterrupted = filled_learner(cuda_graphs=True)
+    uninterrupted.run_updates(10)
+    save_run(uninterrupted, tmp_path / "run")
+    uninterrupted.run_updates(10)
+
+    resumed, _ = resume_run(tmp_path / "run", device="cuda")
+    resumed.run_updates(10)
+
+    assert resumed.update_step == uninterrupted.update_step == 20
+    assert all(
+        group["capturable"]
+        for optimizer in (resumed.actor_optimizer, resumed.critic_optimizer)
+        for group in optimizer.param_groups
+    )
+    assert_same_learning(uninterrupted, resumed)
