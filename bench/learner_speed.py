@@ -143,7 +143,7 @@ def main() -> None:
     print(f"batch={args.batch_size} timed_updates={args.updates} warmup={args.warmup}")
     for label, rate in rates.items():
         print(f"stage2 ({label:21s}) updates/s = {rate:9.1f}  x{rate / sac:.2f} SB3 SAC")
-    print(f"SB3 SAC {"":24s} updates/s = {sac:9.1f}")
+    print(f"SB3 SAC {'':24s} updates/s = {sac:9.1f}")
 
 
 if __name__ == "__main__":
