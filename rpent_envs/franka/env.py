@@ -12,6 +12,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from rpent_envs.action_checks import checked_action
 from rpent_envs.franka.backend import (
     FrankaBackend,
     FrankaConnectionError,
@@ -229,12 +230,7 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             raise
 
     def _checked_action(self, action: np.ndarray) -> np.ndarray:
-        action = np.asarray(action, dtype=np.float64)
-        if action.shape != (ACTION_DIM,):
-            raise ValueError(f"action has shape {action.shape}; expected ({ACTION_DIM},)")
-        if not np.all(np.isfinite(action)):
-            raise ValueError(f"action contains NaN or inf: {action}; nothing was sent")
-        return np.clip(action, -1.0, 1.0)
+        return np.clip(checked_action(action, (ACTION_DIM,), np.float64), -1.0, 1.0)
 
     def _send_command(self, action: np.ndarray) -> bool:
         """Send the step's pose target and gripper command; True when the box clipped it."""

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from rpent_envs.action_checks import checked_action
 from rpent_envs.libero.backend import LiberoTask, import_libero, load_task
 
 logger = logging.getLogger(__name__)
@@ -242,11 +243,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self, action: np.ndarray
     ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply one delta-eef action for one 0.05 s control step."""
-        action = np.asarray(action, dtype=np.float32)
-        if action.shape != (ACTION_DIM,):
-            raise ValueError(f"action has shape {action.shape}; expected ({ACTION_DIM},)")
-        if not np.all(np.isfinite(action)):
-            raise ValueError(f"action contains NaN or inf: {action}; send finite values")
+        action = checked_action(action, (ACTION_DIM,), np.float32)
         raw_obs, _, _, _ = self._sim.step(np.clip(action, -1.0, 1.0).astype(np.float64))
         self._elapsed_steps += 1
         success = bool(self._sim.check_success())

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from rpent_envs.action_checks import checked_action
+
 logger = logging.getLogger(__name__)
 
 INSTRUCTION = "insert the peg in the hole"
@@ -131,11 +133,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self, action: np.ndarray
     ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply one joint-delta action for one 0.1 s control step."""
-        action = np.asarray(action, dtype=np.float32)
-        if action.shape != (ACTION_DIM,):
-            raise ValueError(f"action has shape {action.shape}; expected ({ACTION_DIM},)")
-        if not np.all(np.isfinite(action)):
-            raise ValueError(f"action contains NaN or inf: {action}; send finite values")
+        action = checked_action(action, (ACTION_DIM,), np.float32)
         import torch
 
         raw_obs, _, _, _, raw_info = self._sim.step(torch.from_numpy(action)[None])
