@@ -3,13 +3,13 @@
 Usage: .venv/bin/python bench/expert_success.py --num-seeds 100 [--obs-mode rgb]
 """
 
-import time
 from dataclasses import dataclass
 from typing import Literal
 
 import gymnasium as gym
 import numpy as np
 import tyro
+from expert_episode import run_expert_episode
 from tqdm import tqdm
 
 import rpent_envs
@@ -27,18 +27,13 @@ class Args:
 def main(args: Args) -> None:
     env = gym.make(rpent_envs.PEG_INSERTION_ID, obs_mode=args.obs_mode)
     expert = PegInsertionExpert(env)
-    successes, lengths, seconds = [], [], []
-    for seed in tqdm(range(args.num_seeds), desc="expert episodes"):
-        start = time.perf_counter()
-        _, info = env.reset(seed=seed)
-        terminated = truncated = False
-        steps = 0
-        while not (terminated or truncated):
-            _, _, terminated, truncated, info = env.step(expert.act())
-            steps += 1
-        seconds.append(time.perf_counter() - start)
-        successes.append(info["success"])
-        lengths.append(steps)
+    outcomes = [
+        run_expert_episode(env, expert, seed=seed)
+        for seed in tqdm(range(args.num_seeds), desc="expert episodes")
+    ]
+    successes = [outcome.success for outcome in outcomes]
+    lengths = [outcome.steps for outcome in outcomes]
+    seconds = [outcome.seconds for outcome in outcomes]
     env.close()
     failed = [seed for seed, ok in enumerate(successes) if not ok]
     print(

@@ -7,12 +7,12 @@ the simulator, and rendering would only cost time.
 Usage: .venv/bin/python bench/libero_expert.py --suite libero_goal --task-ids 1 6 8
 """
 
-import time
 from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 import tyro
+from expert_episode import run_expert_episode
 from tqdm import tqdm
 
 import rpent_envs
@@ -33,18 +33,13 @@ def run_task(suite: str, task_id: int, num_init_states: int | None) -> dict:
     env = gym.make(rpent_envs.LIBERO_ID, suite=suite, task_id=task_id, obs_mode="state")
     expert = LiberoExpert(env)
     init_state_ids = range(len(env.unwrapped.task.init_states))[:num_init_states]
-    successes, lengths, seconds = [], [], []
-    for init_state_id in tqdm(init_state_ids, desc=f"{suite} task {task_id}"):
-        start = time.perf_counter()
-        _, info = env.reset(seed=init_state_id, options={"init_state_id": init_state_id})
-        terminated = truncated = False
-        steps = 0
-        while not (terminated or truncated):
-            _, _, terminated, truncated, info = env.step(expert.act())
-            steps += 1
-        seconds.append(time.perf_counter() - start)
-        successes.append(info["success"])
-        lengths.append(steps)
+    outcomes = [
+        run_expert_episode(env, expert, seed=index, options={"init_state_id": index})
+        for index in tqdm(init_state_ids, desc=f"{suite} task {task_id}")
+    ]
+    successes = [outcome.success for outcome in outcomes]
+    lengths = [outcome.steps for outcome in outcomes]
+    seconds = [outcome.seconds for outcome in outcomes]
     instruction = env.unwrapped.task_description
     env.close()
     return {

@@ -3,9 +3,15 @@
 `RPent/PegInsertion-RLT-v0` = peg env (cameras at the checkpoint's image size) ->
 `RLTObservation` (embedded default checkpoint) -> `PolicySwitch` with `AutoGate` in drop-in mode
 (`skip_inactive=True`): the VLA reference drives until the gate opens near the hole, then every
-`step` is the agent's chunk. `rpent_envs` registers the id with the string entry point
-`rpent_agents.rlt_envs:PegInsertionRLTEnv`, which is not an import, so `rpent_envs` never
-imports `rpent_agents`.
+`step` is the agent's chunk.
+
+`RPent/FrankaPegInsertion-RLT-v0` = Franka env -> `RLTObservation` (a Stage 1 checkpoint trained
+on Franka demonstrations, or a feature server; reference chunk 20, actor chunk 10) ->
+`PolicySwitch` with the operator's `KeyboardTrigger` in drop-in mode: the VLA reference drives
+until the operator presses `b`.
+
+`rpent_envs` registers both ids with string entry points into this module, which are not
+imports, so `rpent_envs` never imports `rpent_agents`.
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ import tyro
 from tqdm import tqdm
 
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
-from rpent_envs import PEG_INSERTION_ID
+from rpent_envs import FRANKA_ID, PEG_INSERTION_ID
+from rpent_envs.franka.env import ACTION_DIM as FRANKA_ACTION_DIM
+from rpent_envs.franka.env import STATE_DIM as FRANKA_STATE_DIM
 from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTObservation
-from wrappers.triggers import AutoGate
+from wrappers.triggers import AutoGate, KeyboardTrigger, SwitchTrigger
 
 logger = logging.getLogger(__name__)
 
@@ -74,28 +82,97 @@ def make_peg_rlt(
     )
 
 
-class PegInsertionRLTEnv(gym.Env):
-    """`RPent/PegInsertion-RLT-v0` as one env object that owns its wrapper stack.
+def _franka_feature_model(
+    checkpoint: str | None, feature_server: str | None, device: str, franka_kwargs: dict
+) -> Any:
+    """The feature model of the Franka RLT env, checked against the Franka observation."""
+    if (checkpoint is None) == (feature_server is None):
+        raise ValueError(
+            "RPent/FrankaPegInsertion-RLT-v0 needs exactly one feature source: "
+            "checkpoint=<Stage 1 folder trained on Franka demonstrations> or "
+            "feature_server='host:port' (a GPU box running rpent-feature-server)"
+        )
+    if feature_server is not None:
+        from rpent_agents.features.remote import RemoteFeatureModel
 
-    The stack (peg env -> `RLTObservation` -> `PolicySwitch`) holds live objects (the feature
-    model, the gate) that a Gymnasium spec cannot describe, so the registered entry point is
-    this class: `gym.make(env.spec)` rebuilds it from its keyword arguments alone. Attributes
-    of the inner wrappers stay reachable through `get_wrapper_attr` (e.g. `actor_ready`,
-    `raw_observation`); `stack` is the wrapper stack itself.
+        host, _, port = feature_server.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"feature_server={feature_server!r}: give 'host:port'")
+        return RemoteFeatureModel(host, int(port))
+    vla_config = read_config(Path(checkpoint))["vla"]
+    for name, franka_value in (("state_dim", FRANKA_STATE_DIM), ("action_dim", FRANKA_ACTION_DIM)):
+        if vla_config[name] != franka_value:
+            raise ValueError(
+                f"checkpoint {checkpoint} was trained with {name}={vla_config[name]}, the Franka "
+                f"env has {name}={franka_value}: train Stage 1 on Franka demonstrations"
+            )
+    for camera in ("camera", "wrist_camera"):
+        if franka_kwargs.get(camera, "none") == "none":
+            raise ValueError(
+                f"the built-in feature model reads image and wrist_image: pass {camera}= "
+                "('realsense' or a camera object)"
+            )
+    return load_featurizer(Path(checkpoint), device)
 
-    Example:
-        >>> env = gym.make("RPent/PegInsertion-RLT-v0")
-        >>> obs, info = env.reset(seed=0)  # runs the VLA reference until the gate opens
-        >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+
+def make_franka_rlt(
+    checkpoint: str | None = None,
+    feature_server: str | None = None,
+    chunk_len: int = 10,
+    device: str = "cpu",
+    trigger: SwitchTrigger | None = None,
+    skip_inactive: bool = True,
+    max_skipped_episodes: int = 100,
+    **franka_kwargs: Any,
+) -> gym.Env:
+    """Build `RPent/FrankaPegInsertion-RLT-v0` (see the module doc).
+
+    Args:
+        checkpoint: Stage 1 checkpoint folder trained on Franka data (state 19, action 7; the
+            reference trains it with `--vla.chunk-len 20`); needs both cameras.
+        feature_server: "host:port" of an `rpent-feature-server` instead of a checkpoint.
+        chunk_len: Actor chunk length H (10; the reference chunk may be longer).
+        device: Where the checkpoint's feature model runs ("cpu", "cuda").
+        trigger: Who hands control to the actor; default: `KeyboardTrigger()` (key `b`).
+        skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
+        max_skipped_episodes: In drop-in mode, episodes one `reset()` may run without a press.
+        **franka_kwargs: Arguments of `RPent/Franka-v0` (`host`, `backend`, `camera`,
+            `wrist_camera`, `success_fn`, any `FrankaConfig` field).
+
+    Returns:
+        The composite env; `step` takes a flat (H*7,) chunk in [-1, 1].
+    """
+    feature_model = _franka_feature_model(checkpoint, feature_server, device, franka_kwargs)
+    featurized = RLTObservation(gym.make(FRANKA_ID, **franka_kwargs), feature_model, chunk_len)
+    return PolicySwitch(
+        featurized,
+        trigger if trigger is not None else KeyboardTrigger(),
+        skip_inactive=skip_inactive,
+        max_skipped_episodes=max_skipped_episodes,
+    )
+
+
+class RLTStackEnv(gym.Env):
+    """A composite RLT env as one env object that owns its wrapper stack.
+
+    The stack (raw env -> `RLTObservation` -> `PolicySwitch`) holds live objects (the feature
+    model, the trigger) that a Gymnasium spec cannot describe, so the registered entry points
+    are subclasses of this class, which build the stack from keyword arguments alone:
+    `gym.make(env.spec)` rebuilds it. Attributes of the inner wrappers stay reachable through
+    `get_wrapper_attr` (e.g. `actor_ready`, `raw_observation`); `stack` is the stack itself.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, **kwargs: Any) -> None:
-        """Build the stack; the keyword arguments are those of `make_peg_rlt`."""
-        self.stack = make_peg_rlt(**kwargs)
+        """Build the stack from the keyword arguments of `build_stack`."""
+        self.stack = self.build_stack(**kwargs)
         self.observation_space = self.stack.observation_space
         self.action_space = self.stack.action_space
+
+    def build_stack(self, **kwargs: Any) -> gym.Env:
+        """The wrapper stack of this env."""
+        raise NotImplementedError
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -109,7 +186,7 @@ class PegInsertionRLTEnv(gym.Env):
         return self.stack.step(action)
 
     def close(self) -> None:
-        """Close the stack and the simulator."""
+        """Close the stack and the robot or simulator below it."""
         self.stack.close()
 
     def get_wrapper_attr(self, name: str) -> Any:
@@ -118,10 +195,38 @@ class PegInsertionRLTEnv(gym.Env):
             return getattr(self, name)
         return self.stack.get_wrapper_attr(name)
 
+
+class PegInsertionRLTEnv(RLTStackEnv):
+    """`RPent/PegInsertion-RLT-v0`; keyword arguments: those of `make_peg_rlt`.
+
+    Example:
+        >>> env = gym.make("RPent/PegInsertion-RLT-v0")
+        >>> obs, info = env.reset(seed=0)  # runs the VLA reference until the gate opens
+        >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    """
+
+    def build_stack(self, **kwargs: Any) -> gym.Env:
+        """Peg env -> `RLTObservation` -> `PolicySwitch` with `AutoGate`."""
+        return make_peg_rlt(**kwargs)
+
     @property
     def peg_env(self) -> gym.Env:
         """The raw peg env at the bottom of the stack (task, privileged state)."""
         return self.stack.unwrapped
+
+
+class FrankaPegInsertionRLTEnv(RLTStackEnv):
+    """`RPent/FrankaPegInsertion-RLT-v0`; keyword arguments: those of `make_franka_rlt`.
+
+    Example:
+        >>> env = gym.make("RPent/FrankaPegInsertion-RLT-v0", checkpoint="ckpt/franka",
+        ...                host="172.16.0.2", camera="realsense", wrist_camera="realsense")
+        >>> obs, info = env.reset()  # the reference drives until the operator presses b
+    """
+
+    def build_stack(self, **kwargs: Any) -> gym.Env:
+        """Franka env -> `RLTObservation` -> `PolicySwitch` with `KeyboardTrigger`."""
+        return make_franka_rlt(**kwargs)
 
 
 @dataclass

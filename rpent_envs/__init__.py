@@ -28,6 +28,15 @@ gym.register(
     nondeterministic=True,  # a real arm: the same seed does not replay the same episode
 )
 
+FRANKA_RLT_ID = "RPent/FrankaPegInsertion-RLT-v0"
+
+# Franka env -> RLTObservation -> PolicySwitch with the keyboard trigger; one step = one chunk.
+gym.register(
+    id=FRANKA_RLT_ID,
+    entry_point="rpent_agents.rlt_envs:FrankaPegInsertionRLTEnv",
+    nondeterministic=True,
+)
+
 LIBERO_ID = "RPent/Libero-v0"
 
 # No max_episode_steps here: the horizon depends on the suite, so the env truncates itself.

@@ -40,7 +40,8 @@ class FrankaConfig:
         torque_threshold_nm: Joint torque that stops the arm with a reflex.
         force_threshold_n: Cartesian force that stops the arm with a reflex.
         camera_serial: RealSense serial number (camera="realsense"); None takes the first one.
-        image_size: Height and width of `obs["image"]`, in pixels.
+        wrist_camera_serial: Serial number of the wrist RealSense (wrist_camera="realsense").
+        image_size: Height and width of `obs["image"]` and `obs["wrist_image"]`, in pixels.
 
     Example:
         >>> FrankaConfig(host="127.0.0.2", period_s=0.05).period_s
@@ -71,6 +72,7 @@ class FrankaConfig:
     torque_threshold_nm: float = 20.0
     force_threshold_n: float = 30.0
     camera_serial: str | None = None
+    wrist_camera_serial: str | None = None
     image_size: int = 128
 
     def __post_init__(self) -> None:

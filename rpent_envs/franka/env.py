@@ -75,7 +75,8 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     Observation (Dict): `state` float32 (19,) = TCP position (3, m, base frame); TCP roll,
     pitch, yaw relative to the target orientation (3, rad, base axes, `SafetyBox.relative_rpy`);
     TCP linear (3, m/s) and angular (3, rad/s) velocity; gripper width (1, m); external force
-    (3, N) and torque (3, Nm). `image` uint8 (S, S, 3) when a camera is configured.
+    (3, N) and torque (3, Nm). `image` (third-person camera) and `wrist_image` (hand camera)
+    uint8 (S, S, 3), each when its camera is configured.
 
     Reward: 1.0 on success, else 0.0; the episode terminates on success. Success comes from
     `success_fn(observation)`; without one it is always False.
@@ -107,17 +108,21 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         *,
         backend: Literal["franky", "memory"] | FrankaBackend = "franky",
         camera: Literal["none", "realsense"] | Camera = "none",
+        wrist_camera: Literal["none", "realsense"] | Camera = "none",
         success_fn: SuccessFn | None = None,
         **overrides: Any,
     ) -> None:
-        """Connect to the arm (and camera) and build the spaces.
+        """Connect to the arm (and cameras) and build the spaces.
 
         Args:
             config: Settings; None uses the defaults.
             backend: "franky" (a real arm or franky-sim at `config.host`), "memory" (in-process,
                 no hardware), or a backend object.
-            camera: "none", "realsense" (pyrealsense2, the `realsense` extra), or a camera object
-                giving `image_size` square frames.
+            camera: The third-person camera of `obs["image"]`: "none", "realsense"
+                (pyrealsense2, the `realsense` extra), or a camera object giving `image_size`
+                square frames.
+            wrist_camera: The hand camera of `obs["wrist_image"]`, the same choices
+                (`wrist_camera_serial` picks the RealSense).
             success_fn: Maps an observation to success; None means success is never reported.
             **overrides: FrankaConfig fields replacing those of `config`.
         """
@@ -126,12 +131,19 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.task_description = self.config.instruction
         self.success_fn = success_fn
         self.backend = self._make_backend(backend)
-        self.camera = self._make_camera(camera)
+        self.cameras = {
+            key: built
+            for key, choice, serial in (
+                ("image", camera, self.config.camera_serial),
+                ("wrist_image", wrist_camera, self.config.wrist_camera_serial),
+            )
+            if (built := self._make_camera(key, choice, serial)) is not None
+        }
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
         spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)}
-        if self.camera is not None:
-            size = self.config.image_size
-            spaces["image"] = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
+        size = self.config.image_size
+        for key in self.cameras:
+            spaces[key] = gym.spaces.Box(0, 255, (size, size, 3), np.uint8)
         self.observation_space = gym.spaces.Dict(spaces)
         self.commanded_pose = self.box.center
         self._gripper_closed: bool | None = None
@@ -155,16 +167,17 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             )
         raise ValueError(f"backend={backend!r}: use 'franky', 'memory' or a backend object")
 
-    def _make_camera(self, camera: str | Camera) -> Camera | None:
+    def _make_camera(self, key: str, camera: str | Camera, serial: str | None) -> Camera | None:
         if not isinstance(camera, str):
             return camera
         if camera == "realsense":
             from rpent_envs.franka.camera import RealSenseCamera
 
-            return RealSenseCamera(self.config.image_size, self.config.camera_serial)
+            return RealSenseCamera(self.config.image_size, serial)
         if camera == "none":
             return None
-        raise ValueError(f"camera={camera!r}: use 'none', 'realsense' or a camera object")
+        argument = "camera" if key == "image" else "wrist_camera"
+        raise ValueError(f"{argument}={camera!r}: use 'none', 'realsense' or a camera object")
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -214,11 +227,11 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         return None
 
     def close(self) -> None:
-        """Stop the arm and release the connection and the camera."""
+        """Stop the arm and release the connection and the cameras."""
         self.backend.close()
-        if self.camera is not None:
-            self.camera.close()
-            self.camera = None
+        for camera in self.cameras.values():
+            camera.close()
+        self.cameras = {}
 
     @contextmanager
     def _lost_connection_ends_episode(self) -> Iterator[None]:
@@ -326,16 +339,16 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             ]
         ).astype(np.float32)
         observation = {"state": state}
-        if self.camera is not None:
-            observation["image"] = self._camera_frame()
+        for key, camera in self.cameras.items():
+            observation[key] = self._camera_frame(key, camera)
         return observation
 
-    def _camera_frame(self) -> np.ndarray:
-        frame = self.camera.read_rgb()
-        expected = self.observation_space["image"].shape
+    def _camera_frame(self, key: str, camera: Camera) -> np.ndarray:
+        frame = camera.read_rgb()
+        expected = self.observation_space[key].shape
         if frame.shape != expected or frame.dtype != np.uint8:
             raise ValueError(
-                f"camera frame is {frame.dtype} {frame.shape}; expected uint8 {expected} "
+                f"{key} camera frame is {frame.dtype} {frame.shape}; expected uint8 {expected} "
                 "(image_size)"
             )
         return frame

@@ -250,14 +250,35 @@ def test_success_callable_sets_reward_termination_and_info():
 
 
 def test_camera_frames_are_part_of_the_observation():
-    camera = SolidColourCamera(size=32)
-    env = FrankaEnv(backend=MemoryFrankaBackend(), camera=camera, image_size=32, period_s=0.0)
+    camera, wrist_camera = SolidColourCamera(size=32), SolidColourCamera(size=32)
+    env = FrankaEnv(
+        backend=MemoryFrankaBackend(),
+        camera=camera,
+        wrist_camera=wrist_camera,
+        image_size=32,
+        period_s=0.0,
+    )
+    assert set(env.observation_space.spaces) == {"state", "image", "wrist_image"}
     obs, _ = env.reset(seed=0)
     assert obs in env.observation_space and obs["image"].shape == (32, 32, 3)
     obs, *_ = env.step(np.zeros(7, np.float32))
-    assert obs["image"][0, 0, 0] == 2
+    assert obs["image"][0, 0, 0] == 2 and obs["wrist_image"][0, 0, 0] == 2
     env.close()
-    assert camera.closed
+    assert camera.closed and wrist_camera.closed
+
+
+def test_a_wrong_camera_choice_or_frame_size_is_refused_with_its_name():
+    with pytest.raises(ValueError, match="wrist_camera='usb'"):
+        FrankaEnv(backend=MemoryFrankaBackend(), wrist_camera="usb", period_s=0.0)
+    env = FrankaEnv(
+        backend=MemoryFrankaBackend(),
+        wrist_camera=SolidColourCamera(size=16),
+        image_size=32,
+        period_s=0.0,
+    )
+    with pytest.raises(ValueError, match="wrist_image camera frame .* expected uint8"):
+        env.reset(seed=0)
+    env.close()
 
 
 def test_square_resize_keeps_the_centre():
