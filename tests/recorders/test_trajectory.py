@@ -6,8 +6,9 @@ import shutil
 import numpy as np
 import pytest
 from conftest import INSTRUCTION, Recorder, action, observation
+from PIL import Image
 
-from recorders.image_writer import BackgroundImageWriter, ImageWriteError
+from recorders.image_writer import BackgroundImageWriter, ImageWriteError, encode_png
 from recorders.provenance import ProvenanceLog, provenance_of
 from recorders.record_format import read_jsonl
 from recorders.trajectory import RecordError, TaskMetadata, TrajectoryReader, TrajectoryWriter
@@ -162,6 +163,22 @@ def test_lost_image_in_a_writer_thread_is_raised_by_a_later_call(writer):
     assert len(raised) == 1 and "step000000_image.png" in str(raised[0])
     result = TrajectoryReader(writer.task_dir).read_task()["result"]
     assert result["image_write_failures"] == 1
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (5, 7, 3), (128, 128, 3)])
+def test_png_encoder_round_trips_through_a_stock_png_reader(tmp_path, shape):
+    image = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    (tmp_path / "frame.png").write_bytes(encode_png(image))
+    with Image.open(tmp_path / "frame.png") as decoded:
+        assert decoded.format == "PNG" and decoded.mode == "RGB"
+        np.testing.assert_array_equal(np.asarray(decoded), image)
+
+
+def test_png_encoder_refuses_what_is_not_a_uint8_rgb_image():
+    with pytest.raises(ValueError, match="expected a uint8 HxWx3 image, got float32"):
+        encode_png(np.zeros((4, 4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"got uint8 \(4, 4\)"):
+        encode_png(np.zeros((4, 4), np.uint8))
 
 
 def test_background_writer_flush_and_close(tmp_path):
