@@ -191,13 +191,17 @@ class Stage2Learner:
         return dict(zip(names, means.tolist(), strict=True))
 
     def update(self, batch: RLTBatch) -> dict[str, torch.Tensor]:
-        """One update on `batch`; returns its scalars as device tensors."""
+        """One update on `batch`; returns its scalars as device tensors.
+
+        With CUDA graphs the tensors are the graph's outputs, overwritten by the next update of
+        the same kind: copy (or sum, as `run_updates` does) what you keep.
+        """
         kind = UpdateKind(
             actor_step=self.update_step % self.config.critic_actor_ratio == 0,
             target_update=self.update_step % self.config.target_update_every == 0,
         )
         loss_weights = actor_loss_weights(self.update_step, self.config)
-        if self._optimizers_have_state() and self.use_cuda_graphs:
+        if self.use_cuda_graphs and self._optimizers_have_state():
             scalars = self._replay_update(kind, batch, loss_weights)
         else:
             scalars = self._update_steps(kind, batch, loss_weights)
