@@ -213,15 +213,17 @@ def collect_peg_demos(args: CollectArgs) -> CollectReport:
         episodes = expert_episodes(
             seeds, {**env_kwargs, "render_backend": args.render_backend}, args.num_workers
         )
-        progress = tqdm(episodes, total=max_attempts, desc="expert episodes")
-        for seed, frames, success in progress:
+        progress = tqdm(total=args.num_episodes, desc="successful expert episodes")
+        for seed, frames, success in episodes:
             (seeds_kept if success else seeds_failed).append(seed)
-            progress.set_postfix(kept=len(seeds_kept), failed=len(seeds_failed))
             if success:
                 sink.add_episode(frames)
                 frame_count += len(frames)
+                progress.update()
+            progress.set_postfix(failed=len(seeds_failed))
             if len(seeds_kept) == args.num_episodes:
                 break
+        progress.close()
         episodes.close()
         if len(seeds_kept) < args.num_episodes:
             raise RuntimeError(
