@@ -5,6 +5,7 @@ the same machine load; the recorded time includes flushing the last images to di
 of each episode. Goal: ratio <= 1.05 (images are written by a background thread).
 
 Usage: .venv/bin/python bench/record_overhead.py [--image-size 128] [--episodes 4] [--steps 50]
+       [--png-compression 0]
 """
 
 import tempfile
@@ -29,6 +30,8 @@ class Args:
     steps: int = 50
     """Timed steps per episode."""
     image_writer_threads: int = 1
+    png_compression: int = 0
+    """zlib level of the recorded PNGs (RecordTrajectory's default: 0)."""
     render_backend: Literal["auto", "cpu", "gpu"] = "auto"
 
 
@@ -51,7 +54,11 @@ def main(args: Args) -> None:
     )
     run_dir = tempfile.TemporaryDirectory(prefix="rpent-record-bench-")
     recorded = RecordTrajectory(
-        raw, run_dir.name, robot="panda", image_writer_threads=args.image_writer_threads
+        raw,
+        run_dir.name,
+        robot="panda",
+        image_writer_threads=args.image_writer_threads,
+        png_compression=args.png_compression,
     )
     writer = recorded.provenance
     rng = np.random.default_rng(0)
@@ -67,7 +74,8 @@ def main(args: Args) -> None:
     recorded_ms = 1000 * sum(recorded_s) / (args.episodes * args.steps)
     print(
         f"image_size={args.image_size} steps={args.episodes}x{args.steps}"
-        f" image_writer_threads={args.image_writer_threads}: raw {raw_ms:.1f} ms/step,"
+        f" image_writer_threads={args.image_writer_threads}"
+        f" png_compression={args.png_compression}: raw {raw_ms:.1f} ms/step,"
         f" recorded {recorded_ms:.1f} ms/step, ratio {recorded_ms / raw_ms:.3f}"
     )
 

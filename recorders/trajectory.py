@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from recorders import record_format as fmt
-from recorders.image_writer import BackgroundImageWriter, ImageWriteError
+from recorders.image_writer import DEFAULT_PNG_COMPRESSION, BackgroundImageWriter, ImageWriteError
 from recorders.lerobot_io import is_image
 from recorders.provenance import ACTION_SOURCES, ActionSource
 from recorders.record_format import TaskMetadata
@@ -101,6 +101,7 @@ class TrajectoryWriter:
         default_source: ActionSource | None = None,
         image_writer_threads: int = 1,
         image_queue_size: int = 64,
+        png_compression: int = DEFAULT_PNG_COMPRESSION,
     ) -> None:
         """Prepare `output_dir/trajectories/` (an existing run folder gets new tasks added).
 
@@ -110,13 +111,17 @@ class TrajectoryWriter:
                 null, i.e. unknown; the exporter drops them).
             image_writer_threads: Threads writing PNG images (0: in the caller's thread).
             image_queue_size: Images that may wait for a writer thread before recording blocks.
+            png_compression: zlib level of the PNG artifacts, 0 (default: fastest, ~2x the
+                disk) to 9 (smallest, slowest).
         """
         _check_source(default_source, allow_none=True)
         self.output_dir = Path(output_dir)
         self.trajectories_dir = self.output_dir / fmt.TRAJECTORIES_DIR
         self.trajectories_dir.mkdir(parents=True, exist_ok=True)
         self.default_source = default_source
-        self._images = BackgroundImageWriter(image_writer_threads, image_queue_size)
+        self._images = BackgroundImageWriter(
+            image_writer_threads, image_queue_size, png_compression
+        )
         self._lock = threading.RLock()
         self._task: _OpenTask | None = None
         self._label = ActionLabel(default_source)

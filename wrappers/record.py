@@ -14,6 +14,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
+from recorders.image_writer import DEFAULT_PNG_COMPRESSION
 from recorders.provenance import ActionSource
 from recorders.trajectory import TaskMetadata, TrajectoryWriter
 
@@ -74,6 +75,7 @@ class RecordTrajectory(
         default_source: ActionSource | None = None,
         image_writer_threads: int = 1,
         image_queue_size: int = 64,
+        png_compression: int = DEFAULT_PNG_COMPRESSION,
     ) -> None:
         """Wrap `env` and prepare `output_dir/trajectories/`.
 
@@ -91,6 +93,8 @@ class RecordTrajectory(
             default_source: Source of actions nobody labelled (see `TrajectoryWriter`).
             image_writer_threads: Threads writing PNG images (0: in the stepping thread).
             image_queue_size: Images that may wait before `step` blocks.
+            png_compression: zlib level of the PNG artifacts, 0 (default: fastest, ~2x the
+                disk) to 9 (smallest, slowest).
 
         Raises:
             ValueError: When no fps is given and the env's metadata has no `render_fps`.
@@ -107,6 +111,7 @@ class RecordTrajectory(
             default_source=default_source,
             image_writer_threads=image_writer_threads,
             image_queue_size=image_queue_size,
+            png_compression=png_compression,
         )
         gym.Wrapper.__init__(self, env)
         fps = fps if fps is not None else env.metadata.get("render_fps")
@@ -130,6 +135,7 @@ class RecordTrajectory(
             default_source=default_source,
             image_writer_threads=image_writer_threads,
             image_queue_size=image_queue_size,
+            png_compression=png_compression,
         )
         self._next_task_id = task_id
         self._pre_action_observation: dict[str, np.ndarray] | None = None

@@ -165,10 +165,11 @@ def test_lost_image_in_a_writer_thread_is_raised_by_a_later_call(writer):
     assert result["image_write_failures"] == 1
 
 
+@pytest.mark.parametrize("compression", [0, 1, 9])
 @pytest.mark.parametrize("shape", [(1, 1, 3), (5, 7, 3), (128, 128, 3)])
-def test_png_encoder_round_trips_through_a_stock_png_reader(tmp_path, shape):
+def test_png_encoder_round_trips_through_a_stock_png_reader(tmp_path, shape, compression):
     image = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
-    (tmp_path / "frame.png").write_bytes(encode_png(image))
+    (tmp_path / "frame.png").write_bytes(encode_png(image, compression))
     with Image.open(tmp_path / "frame.png") as decoded:
         assert decoded.format == "PNG" and decoded.mode == "RGB"
         np.testing.assert_array_equal(np.asarray(decoded), image)
@@ -179,6 +180,21 @@ def test_png_encoder_refuses_what_is_not_a_uint8_rgb_image():
         encode_png(np.zeros((4, 4, 3), np.float32))
     with pytest.raises(ValueError, match=r"got uint8 \(4, 4\)"):
         encode_png(np.zeros((4, 4), np.uint8))
+
+
+def test_png_compression_trades_disk_for_time_and_is_checked(tmp_path):
+    smooth = np.tile(np.arange(128, dtype=np.uint8)[:, None, None], (1, 128, 3))
+    sizes = {}
+    for level in (0, 9):
+        writer = BackgroundImageWriter(num_threads=1, png_compression=level)
+        writer.submit(tmp_path / f"level{level}.png", smooth)
+        writer.close()
+        sizes[level] = (tmp_path / f"level{level}.png").stat().st_size
+        with Image.open(tmp_path / f"level{level}.png") as decoded:
+            np.testing.assert_array_equal(np.asarray(decoded), smooth)
+    assert sizes[0] > smooth.nbytes > 10 * sizes[9]
+    with pytest.raises(ValueError, match="png_compression=10: use a zlib level 0..9"):
+        BackgroundImageWriter(png_compression=10)
 
 
 def test_background_writer_flush_and_close(tmp_path):
