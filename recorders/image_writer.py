@@ -68,7 +68,7 @@ def write_png(path: Path, image: np.ndarray, compression: int = DEFAULT_PNG_COMP
     """
     try:
         Path(path).write_bytes(encode_png(image, compression))
-    except (OSError, ValueError) as error:
+    except Exception as error:  # a worker thread must never die silently: report every failure
         raise ImageWriteError(f"could not write image {path}: {error}") from error
 
 
