@@ -14,11 +14,11 @@ success rate of the last 100 episodes, wall time) and `tensorboard/` (SB3's scal
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +26,7 @@ import tyro
 from stable_baselines3 import SAC
 
 import rpent_envs
+from rpent_agents.rlt_envs import PegRLTConfig
 
 
 @dataclass
@@ -44,17 +45,8 @@ class Args:
     """SAC replay capacity in agent steps."""
     hidden_dim: int = 256
     """Width of SAC's 3 hidden layers, actor and each Q head (as Stage 2's)."""
-    checkpoint: Path | None = None
-    """Stage 1 checkpoint folder of the feature model; default: the embedded one."""
-    feature_device: str = "cpu"
-    """Torch device of the feature model."""
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    """SAPIEN render device; physics runs on the CPU."""
-    trigger_mode: Literal["auto", "always_on"] = "auto"
-    """AutoGate mode; "always_on" hands every chunk to SAC (no reference phase: smoke tests,
-    or a base policy that never carries the peg to the hole)."""
-    max_episode_chunks: int | None = None
-    """Truncate episodes after this many agent steps; default: the peg env's 500-step limit."""
+    env: PegRLTConfig = dataclasses.field(default_factory=PegRLTConfig)
+    """The peg RLT stack; --env.max-episode-chunks counts SAC's steps (drop-in mode)."""
     seed: int = 0
     """Seed of SAC and of the env's first reset."""
     device: str = "auto"
@@ -62,15 +54,8 @@ class Args:
 
 
 def make_env(args: Args) -> gym.Env:
-    """The registered env with the script's options (a TimeLimit counts agent steps)."""
-    return gym.make(
-        rpent_envs.PEG_RLT_ID,
-        max_episode_steps=args.max_episode_chunks,
-        checkpoint=str(args.checkpoint) if args.checkpoint else None,
-        device=args.feature_device,
-        render_backend=args.render_backend,
-        trigger_mode=args.trigger_mode,
-    )
+    """The registered env with the script's stack options."""
+    return gym.make(rpent_envs.PEG_RLT_ID, **dataclasses.asdict(args.env))
 
 
 def main(args: Args) -> dict:

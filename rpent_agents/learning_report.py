@@ -34,6 +34,7 @@ class EvalPoint:
         updates: Learner updates before the evaluation.
         wall_time_s: Run wall time before the evaluation (all resumed parts together).
         successful_seeds: The evaluation seeds that succeeded.
+        median_success_len: Median simulator steps of the successful episodes (None: none).
     """
 
     env_steps: int
@@ -41,6 +42,7 @@ class EvalPoint:
     updates: int
     wall_time_s: float
     successful_seeds: list[int]
+    median_success_len: float | None = None
 
 
 @dataclass
@@ -51,6 +53,7 @@ class LearningResults:
         eval_seeds: Held-out reset seeds of every evaluation.
         base_success_rate: Base policy success rate (None until measured).
         base_successful_seeds: The seeds the base policy solved.
+        base_median_success_len: Median simulator steps of the base policy's successes.
         evals: Evaluations of the actor, in training order.
         env_steps: Training simulator steps so far.
         eval_env_steps: Simulator steps spent in evaluations (base included).
@@ -64,6 +67,7 @@ class LearningResults:
     eval_seeds: list[int]
     base_success_rate: float | None = None
     base_successful_seeds: list[int] = field(default_factory=list)
+    base_median_success_len: float | None = None
     evals: list[EvalPoint] = field(default_factory=list)
     env_steps: int = 0
     eval_env_steps: int = 0

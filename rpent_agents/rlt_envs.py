@@ -1,9 +1,15 @@
-"""Composite RLT envs and the base-policy evaluation of a Stage 1 checkpoint.
+"""The peg RLT stack's one config, and the composite RLT envs built from it.
+
+`PegRLTConfig` holds every knob of the peg RLT stack (checkpoint, chunk length, devices,
+render backend, gate mode, expert takeover, chunk limit). The composite env, the training
+workers (`rpent_agents.rlt_vector`), training (`rpent-stage2`), evaluation (`rpent-eval-base`)
+and the SB3 example all read it, so each knob has one name.
 
 `RPent/PegInsertion-RLT-v0` = peg env (cameras at the checkpoint's image size) ->
 `RLTObservation` (embedded default checkpoint) -> `PolicySwitch` with `AutoGate` in drop-in mode
 (`skip_inactive=True`): the VLA reference drives until the gate opens near the hole, then every
-`step` is the agent's chunk.
+`step` is the agent's chunk. Its keyword arguments are the fields of `PegRLTConfig` plus
+`skip_inactive` and `max_skipped_episodes`.
 
 `RPent/FrankaPegInsertion-RLT-v0` = Franka env -> `RLTObservation` (a Stage 1 checkpoint trained
 on Franka demonstrations, or a feature server; reference chunk 20, actor chunk 10) ->
@@ -16,7 +22,6 @@ imports, so `rpent_envs` never imports `rpent_agents`.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +29,6 @@ from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
-import torch
-import tyro
-from tqdm import tqdm
 
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
 from rpent_envs import FRANKA_ID, PEG_INSERTION_ID
@@ -34,52 +36,115 @@ from rpent_envs.franka.env import ACTION_DIM as FRANKA_ACTION_DIM
 from rpent_envs.franka.env import STATE_DIM as FRANKA_STATE_DIM
 from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTObservation
-from wrappers.triggers import AutoGate, KeyboardTrigger, SwitchTrigger
+from wrappers.takeover import ExpertTakeover
+from wrappers.triggers import AutoGate, KeyboardTrigger, SwitchTrigger, TriggerMode
 
 logger = logging.getLogger(__name__)
+RenderBackend = Literal["auto", "cpu", "gpu"]
 
 
-def _peg_with_features(
-    checkpoint: Path | None, chunk_len: int, device: str, render_backend: str
-) -> RLTObservation:
-    folder = Path(checkpoint) if checkpoint else DEFAULT_CHECKPOINT_DIR
-    image_size = read_config(folder)["vla"]["image_size"]
-    env = gym.make(
-        PEG_INSERTION_ID, obs_mode="rgb", image_size=image_size, render_backend=render_backend
-    )
-    return RLTObservation(env, load_featurizer(folder, device), chunk_len=chunk_len)
+def resolve_torch_device(device: str) -> str:
+    """`"auto"` -> "cuda" when a CUDA GPU is visible, else "cpu"; anything else as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class PegRLTConfig:
+    """The peg RLT stack: peg env -> feature model -> policy switch (AutoGate)."""
+
+    checkpoint: Path | None = None
+    """Stage 1 checkpoint folder of the feature model; None: the embedded default."""
+    chunk_len: int = 10
+    """Actor chunk length H: steps executed per chunk (at most the checkpoint's chunk)."""
+    feature_device: str = "auto"
+    """Torch device of the feature model ("auto": cuda when available, else cpu)."""
+    render_backend: RenderBackend = "auto"
+    """SAPIEN render device of the peg env ("auto": gpu with CUDA, else cpu); physics: CPU."""
+    trigger_mode: TriggerMode = "auto"
+    """AutoGate mode; "always_on" hands every chunk to the agent (smoke tests)."""
+    expert_takeover: bool = False
+    """Let the scripted expert take over stalled critical phases (training only)."""
+    max_episode_chunks: int | None = None
+    """Truncate episodes after this many chunks (steps of the composite env); None: the peg
+    env's 500-step limit alone."""
+
+    def __post_init__(self) -> None:
+        """Accept a checkpoint given as a string (gym.make kwargs, JSON)."""
+        if self.checkpoint is not None:
+            self.checkpoint = Path(self.checkpoint)
+        if self.chunk_len < 1:
+            raise ValueError(f"PegRLTConfig.chunk_len must be >= 1, got {self.chunk_len}")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """The checkpoint folder in use (the embedded default when none is given)."""
+        return self.checkpoint or DEFAULT_CHECKPOINT_DIR
+
+    def vla_config(self) -> dict[str, Any]:
+        """The checkpoint's VLA config (image size, reference chunk length, dims)."""
+        return read_config(self.checkpoint_dir)["vla"]
+
+    def make_peg_env(self, **kwargs: Any) -> gym.Env:
+        """The raw peg env with cameras at the checkpoint's image size."""
+        return gym.make(
+            PEG_INSERTION_ID,
+            obs_mode="rgb",
+            image_size=self.vla_config()["image_size"],
+            render_backend=self.render_backend,
+            **kwargs,
+        )
+
+    def make_gate(self) -> AutoGate:
+        """The critical-phase gate of the stack."""
+        return AutoGate(trigger_mode=self.trigger_mode)
+
+    def make_takeover(self, peg_env: gym.Env) -> ExpertTakeover | None:
+        """The stalled-progress expert takeover on `peg_env`, or None when switched off."""
+        if not self.expert_takeover:
+            return None
+        from rpent_envs.maniskill.expert import PegInsertionExpert  # imports the simulator
+
+        return ExpertTakeover(PegInsertionExpert(peg_env))
+
+    def limit_chunks(self, env: gym.Env) -> gym.Env:
+        """`env` under the chunk limit (unchanged when there is none)."""
+        if self.max_episode_chunks is None:
+            return env
+        return gym.wrappers.TimeLimit(env, self.max_episode_chunks)
 
 
 def make_peg_rlt(
-    checkpoint: str | None = None,
-    chunk_len: int = 10,
-    device: str = "cpu",
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto",
+    config: PegRLTConfig | None = None,
+    *,
     skip_inactive: bool = True,
-    trigger_mode: Literal["auto", "always_on"] = "auto",
     max_skipped_episodes: int = 100,
 ) -> gym.Env:
     """Build `RPent/PegInsertion-RLT-v0` (see the module doc).
 
     Args:
-        checkpoint: Stage 1 checkpoint folder; None: the embedded default.
-        chunk_len: Actor chunk length H.
-        device: Where the feature model runs ("cpu", "cuda").
-        render_backend: SAPIEN render device of the peg env.
+        config: The stack's knobs; default `PegRLTConfig()`.
         skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
-        trigger_mode: AutoGate mode; "always_on" hands every chunk to the agent.
         max_skipped_episodes: Episodes one drop-in `reset()` may run before it gives up.
 
     Returns:
         The composite env; `step` takes a flat (H*A,) chunk in [-1, 1].
     """
-    featurized = _peg_with_features(checkpoint, chunk_len, device, render_backend)
-    return PolicySwitch(
+    config = config or PegRLTConfig()
+    peg_env = config.make_peg_env()
+    featurizer = load_featurizer(config.checkpoint_dir, resolve_torch_device(config.feature_device))
+    featurized = RLTObservation(peg_env, featurizer, chunk_len=config.chunk_len)
+    switch = PolicySwitch(
         featurized,
-        AutoGate(trigger_mode=trigger_mode),
+        config.make_gate(),
+        expert_takeover=config.make_takeover(peg_env),
         skip_inactive=skip_inactive,
         max_skipped_episodes=max_skipped_episodes,
     )
+    return config.limit_chunks(switch)
 
 
 def _franka_feature_model(
@@ -112,14 +177,14 @@ def _franka_feature_model(
                 f"the built-in feature model reads image and wrist_image: pass {camera}= "
                 "('realsense' or a camera object)"
             )
-    return load_featurizer(Path(checkpoint), device)
+    return load_featurizer(Path(checkpoint), resolve_torch_device(device))
 
 
 def make_franka_rlt(
     checkpoint: str | None = None,
     feature_server: str | None = None,
     chunk_len: int = 10,
-    device: str = "cpu",
+    feature_device: str = "auto",
     trigger: SwitchTrigger | None = None,
     skip_inactive: bool = True,
     max_skipped_episodes: int = 100,
@@ -132,7 +197,7 @@ def make_franka_rlt(
             reference trains it with `--vla.chunk-len 20`); needs both cameras.
         feature_server: "host:port" of an `rpent-feature-server` instead of a checkpoint.
         chunk_len: Actor chunk length H (10; the reference chunk may be longer).
-        device: Where the checkpoint's feature model runs ("cpu", "cuda").
+        feature_device: Where the checkpoint's feature model runs ("auto", "cpu", "cuda").
         trigger: Who hands control to the actor; default: `KeyboardTrigger()` (key `b`).
         skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
         max_skipped_episodes: In drop-in mode, episodes one `reset()` may run without a press.
@@ -142,7 +207,7 @@ def make_franka_rlt(
     Returns:
         The composite env; `step` takes a flat (H*7,) chunk in [-1, 1].
     """
-    feature_model = _franka_feature_model(checkpoint, feature_server, device, franka_kwargs)
+    feature_model = _franka_feature_model(checkpoint, feature_server, feature_device, franka_kwargs)
     featurized = RLTObservation(gym.make(FRANKA_ID, **franka_kwargs), feature_model, chunk_len)
     return PolicySwitch(
         featurized,
@@ -197,7 +262,10 @@ class RLTStackEnv(gym.Env):
 
 
 class PegInsertionRLTEnv(RLTStackEnv):
-    """`RPent/PegInsertion-RLT-v0`; keyword arguments: those of `make_peg_rlt`.
+    """`RPent/PegInsertion-RLT-v0`, built by `make_peg_rlt`.
+
+    Keyword arguments: the fields of `PegRLTConfig`, `skip_inactive` and
+    `max_skipped_episodes`.
 
     Example:
         >>> env = gym.make("RPent/PegInsertion-RLT-v0")
@@ -205,9 +273,15 @@ class PegInsertionRLTEnv(RLTStackEnv):
         >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
     """
 
-    def build_stack(self, **kwargs: Any) -> gym.Env:
+    def build_stack(
+        self, skip_inactive: bool = True, max_skipped_episodes: int = 100, **config: Any
+    ) -> gym.Env:
         """Peg env -> `RLTObservation` -> `PolicySwitch` with `AutoGate`."""
-        return make_peg_rlt(**kwargs)
+        return make_peg_rlt(
+            PegRLTConfig(**config),
+            skip_inactive=skip_inactive,
+            max_skipped_episodes=max_skipped_episodes,
+        )
 
     @property
     def peg_env(self) -> gym.Env:
@@ -227,63 +301,3 @@ class FrankaPegInsertionRLTEnv(RLTStackEnv):
     def build_stack(self, **kwargs: Any) -> gym.Env:
         """Franka env -> `RLTObservation` -> `PolicySwitch` with `KeyboardTrigger`."""
         return make_franka_rlt(**kwargs)
-
-
-@dataclass
-class EvalArgs:
-    """Success rate of a Stage 1 checkpoint as a base policy (reference chunks only)."""
-
-    checkpoint: Path | None = None
-    """Checkpoint folder; default: the embedded one."""
-    num_episodes: int = 50
-    seed: int = 0
-    """Episode i resets with seed + i (demonstrations from rpent-collect --seed 1000 stay apart)."""
-    chunk_len: int = 10
-    """Steps executed from each reference chunk before featurizing again."""
-    device: str = "cuda" if torch.cuda.is_available() else "cpu"
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    report_json: Path | None = None
-    """Also write the report (success rate, successful seeds) to this JSON file."""
-
-
-def run_base_policy_episode(env: RLTObservation, seed: int) -> bool:
-    """Drive one episode with reference chunks only; True when it ends in success."""
-    observation, info = env.reset(seed=seed)
-    terminated = truncated = False
-    while not (terminated or truncated):
-        observation, _, terminated, truncated, info = env.step_chunk(observation["ref_chunk"])
-    return bool(info["success"])
-
-
-def evaluate_base_policy(args: EvalArgs) -> dict[str, Any]:
-    """Run `args.num_episodes` seeded episodes; returns the success rate and the seeds."""
-    env = _peg_with_features(args.checkpoint, args.chunk_len, args.device, args.render_backend)
-    successes = []
-    try:
-        progress = tqdm(range(args.seed, args.seed + args.num_episodes), desc="base policy")
-        for seed in progress:
-            successes.append(run_base_policy_episode(env, seed))
-            progress.set_postfix(success_rate=float(np.mean(successes)))
-    finally:
-        env.close()
-    seeds = list(range(args.seed, args.seed + args.num_episodes))
-    return {
-        "success_rate": float(np.mean(successes)),
-        "successful_seeds": [seed for seed, ok in zip(seeds, successes, strict=True) if ok],
-        "seeds": seeds,
-        "checkpoint": str(args.checkpoint or DEFAULT_CHECKPOINT_DIR),
-    }
-
-
-def main() -> None:
-    """Entry point of `rpent-eval-base`."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = tyro.cli(EvalArgs)
-    report = evaluate_base_policy(args)
-    if args.report_json is not None:
-        args.report_json.write_text(json.dumps(report, indent=2))
-    print(f"success rate {report['success_rate']:.2f} over {len(report['seeds'])} seeds")
-
-
-if __name__ == "__main__":
-    main()

@@ -4,12 +4,13 @@ The workers of `rpent_agents.rlt_vector.make_rlt_vector_env` evaluate between tr
 phases: each env runs the next held-out seed when its episode ends, until every seed has run
 once (envs left without a seed run throwaway episodes meanwhile). The expert takeover is off;
 `actor_ready=False` measures the base policy (reference chunks only), `actor_ready=True` the
-actor's chunks in the critical phase (the VLA reference outside it).
+actor's chunks in the critical phase (the VLA reference outside it). An optional observer sees
+every chunk of every evaluated episode (`rpent_agents.rlt_diagnostics` builds its traces so).
 
 Example:
-    >>> result = evaluate_on_seeds(envs, range(50), act=lambda obs: learner.act(obs, True),
+    >>> result = evaluate_on_seeds(envs, range(100), act=lambda obs: learner.act(obs, True),
     ...                            actor_ready=True)
-    >>> result.success_rate, result.env_steps
+    >>> result.success_rate, result.median_success_len, result.env_steps
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -29,6 +31,8 @@ from rpent_agents.stage2.transitions import info_of_env
 
 ChunkPolicy = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 """Batched RLT observations -> flat action chunks (N, H*A)."""
+ChunkObserver = Callable[[int, Mapping[str, Any], bool], None]
+"""Called as (seed, chunk info, episode done) for every chunk of an evaluated episode."""
 
 
 @dataclass
@@ -37,12 +41,14 @@ class EvalResult:
 
     Attributes:
         success_by_seed: Whether the episode of each seed succeeded (at any step).
+        length_by_seed: Simulator steps of the episode of each seed.
         env_steps: Simulator steps of the evaluated episodes.
         wall_time_s: Wall-clock time of the whole evaluation.
         scalars: `eval/success_once` and `eval/episode_len` (means over the episodes).
     """
 
     success_by_seed: dict[int, bool]
+    length_by_seed: dict[int, int]
     env_steps: int
     wall_time_s: float
     scalars: dict[str, float]
@@ -52,6 +58,17 @@ class EvalResult:
         """Fraction of the seeds whose episode succeeded."""
         return float(np.mean(list(self.success_by_seed.values())))
 
+    @property
+    def successful_seeds(self) -> list[int]:
+        """The seeds whose episode succeeded, in ascending order."""
+        return sorted(seed for seed, success in self.success_by_seed.items() if success)
+
+    @property
+    def median_success_len(self) -> float | None:
+        """Median length (simulator steps) of the successful episodes; None without any."""
+        lengths = [self.length_by_seed[seed] for seed in self.successful_seeds]
+        return float(np.median(lengths)) if lengths else None
+
 
 def evaluate_on_seeds(
     envs: gym.vector.VectorEnv,
@@ -59,6 +76,7 @@ def evaluate_on_seeds(
     act: ChunkPolicy,
     actor_ready: bool,
     progress_label: str = "eval",
+    observer: ChunkObserver | None = None,
 ) -> EvalResult:
     """Run one episode per seed on `envs` (an `RLTWorker` vector env) and count successes.
 
@@ -69,9 +87,10 @@ def evaluate_on_seeds(
         act: The actor's chunks (used where the actor drives).
         actor_ready: Whether the actor drives the critical phase (False: the base policy).
         progress_label: Label of the progress bar.
+        observer: Called for every chunk of every evaluated episode (see `ChunkObserver`).
 
     Returns:
-        Per-seed successes, simulator steps and wall time of the evaluation.
+        Per-seed successes and lengths, simulator steps and wall time of the evaluation.
     """
     started_s = time.monotonic()
     pending = deque(seeds)
@@ -86,6 +105,7 @@ def evaluate_on_seeds(
     obs = reset_envs(envs, np.ones(envs.num_envs, bool), seed_of_env)
     stats = EpisodeStats(envs.num_envs, prefix="eval")
     success_by_seed: dict[int, bool] = {}
+    length_by_seed: dict[int, int] = {}
     env_steps = 0
     with tqdm(total=num_seeds, desc=progress_label, leave=False) as progress:
         while len(success_by_seed) < num_seeds:
@@ -97,13 +117,16 @@ def evaluate_on_seeds(
                 info = info_of_env(infos, env_index)
                 env_steps += int(info["chunk_len"])
                 stats.record(env_index, info, bool(done[env_index]))
+                if observer is not None:
+                    observer(seed, info, bool(done[env_index]))
                 if done[env_index]:
-                    succeeded, _ = stats.finished[-1]  # the episode record() just closed
-                    success_by_seed[seed] = succeeded
+                    success_by_seed[seed], length_by_seed[seed] = stats.finished[-1]
                     progress.update()
             if done.any():
                 obs = _start_next_seeds(envs, done, seed_of_env, pending)
-    return EvalResult(success_by_seed, env_steps, time.monotonic() - started_s, stats.scalars())
+    return EvalResult(
+        success_by_seed, length_by_seed, env_steps, time.monotonic() - started_s, stats.scalars()
+    )
 
 
 def _start_next_seeds(

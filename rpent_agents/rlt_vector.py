@@ -1,9 +1,14 @@
-"""Many `RPent/PegInsertion-RLT-v0` stacks in worker processes, for Stage 2 training.
+"""Many peg RLT stacks in worker processes, featurized in one batch per step, for Stage 2.
 
-Each worker runs the composite stack (peg env with CPU physics -> `RLTObservation` ->
-`PolicySwitch` with `AutoGate`) with `skip_inactive=False`: one vector step executes one chunk
-in every env, the VLA reference driving outside the critical phase and the actor (or the
-reference during warm-up, or an expert takeover) inside it. The learner sets each worker's
+Each worker runs peg env (CPU physics; intermediate steps of a chunk render nothing) ->
+`PolicySwitch` with `AutoGate` -> `RLTWorker`, with `skip_inactive=False`: one vector step
+executes one chunk in every env, the VLA reference driving outside the critical phase and the
+actor (or the reference during warm-up, or an expert takeover) inside it. Workers return the
+raw observation at each chunk boundary; `FeaturizedVectorEnv` in the learner's process turns
+all of them into RLT observations with one feature-model call (on the GPU when there is one)
+and sends each worker its reference chunk with the actor's chunk. Seen from the trainer, the
+vector env steps RLT observations and flat actor chunks, as the composite env
+`RPent/PegInsertion-RLT-v0` does one env at a time. The learner sets each worker's
 `actor_ready` with `envs.set_attr`.
 
 Workers are reset explicitly (Gymnasium's `AutoresetMode.DISABLED`), so the trainer gives every
@@ -11,8 +16,7 @@ episode its seed: training episodes count up from a seed of their own, evaluatio
 fixed held-out seeds.
 
 Example:
-    >>> spec = RLTWorkerSpec(render_backend="cpu")
-    >>> envs = make_rlt_vector_env(spec, num_envs=2)
+    >>> envs = make_rlt_vector_env(PegRLTConfig(render_backend="cpu"), num_envs=2)
     >>> obs, infos = envs.reset(seed=[100_000, 100_001])
     >>> envs.set_attr("actor_ready", False)  # the reference drives the critical phase too
     >>> obs, rewards, terminated, truncated, infos = envs.step(np.zeros((2, 80), np.float32))
@@ -22,25 +26,52 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.vector.utils import batch_space
 
-from rpent_agents.rlt_envs import make_peg_rlt
+from rpent_agents.features.checkpoint import load_featurizer
+from rpent_agents.rlt_envs import PegRLTConfig, resolve_torch_device
 from wrappers.policy_switch import PolicySwitch
+from wrappers.rlt import RLTFeatureSource, rlt_observation_space, rlt_observations
 from wrappers.takeover import ExpertTakeover
 
 # Per-step infos stay in the worker: the trainer needs the chunk-level keys only, and every
 # step's info would be pickled through the pipe once per chunk.
 _DROPPED_INFO_KEYS = ("step_infos",)
+INSTRUCTION_KEY = "task"
+
+
+class SuppliedReference:
+    """The reference chunk of the current observation, handed in from outside the worker.
+
+    The policy switch asks it for the reference chunk (a `reference` callable); the worker
+    stores the chunk that the learner featurized for the current observation before each step.
+    """
+
+    def __init__(self, horizon: int) -> None:
+        """Answer with the first `horizon` actions of the supplied chunk."""
+        self.horizon = horizon
+        self.chunk: np.ndarray | None = None
+
+    def __call__(self, observation: Any) -> np.ndarray:
+        """The supplied chunk, (horizon, A)."""
+        if self.chunk is None:
+            raise RuntimeError("no reference chunk was supplied with this step's action")
+        return self.chunk[: self.horizon]
 
 
 class RLTWorker(gym.Wrapper):
-    """The composite RLT env as one worker of a training vector env.
+    """The peg RLT stack without its feature model, as one worker of a training vector env.
+
+    The action is a Dict: `actor`, the actor's flat chunk (H*A,), and `ref_chunk`, the
+    reference chunk (H_ref, A) that the learner featurized from this worker's current
+    observation; the policy switch below picks the driver. The observation is the raw one of
+    the peg env (`image`, `wrist_image`, `state`) at the chunk boundary.
 
     Gymnasium's vector API stacks each info key into one array, which needs the same shape in
     every env. A chunk that ends early executes fewer than H steps, so this wrapper pads
@@ -51,20 +82,43 @@ class RLTWorker(gym.Wrapper):
     reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below.
 
     Example:
-        >>> worker = RLTWorkerSpec(render_backend="cpu", expert_takeover=True)()
+        >>> worker = RLTWorkerFactory(PegRLTConfig(render_backend="cpu", expert_takeover=True))()
         >>> worker.expert_takeover_enabled = False  # from the next reset on
         >>> obs, info = worker.reset(seed=0)
         >>> info["executed_action"].shape, info["chunk_len"]
         ((10, 8), 0)
     """
 
-    def __init__(self, env: gym.Env, takeover: ExpertTakeover | None = None) -> None:
-        """Wrap the switch stack `env`; `takeover` is the expert takeover it may switch on."""
+    def __init__(
+        self,
+        env: gym.Env,
+        reference: SuppliedReference,
+        ref_chunk_len: int,
+        takeover: ExpertTakeover | None = None,
+    ) -> None:
+        """Wrap the switch stack `env`.
+
+        Args:
+            env: A stack with a `PolicySwitch` over a per-step env whose reference is
+                `reference`.
+            reference: The switch's reference source, fed from each action's `ref_chunk`.
+            ref_chunk_len: H_ref, actions in each supplied reference chunk.
+            takeover: The expert takeover the worker may switch on.
+        """
         super().__init__(env)
         self.switch = _find_policy_switch(env)
+        self.reference = reference
         self.takeover = takeover
         self.expert_takeover_enabled = takeover is not None
         self.chunk_len, self.action_dim = self.switch.horizon, self.switch.action_dim
+        step_space = self.switch.env.action_space
+        ref_shape = (ref_chunk_len, self.action_dim)
+        ref_space = gym.spaces.Box(
+            np.broadcast_to(step_space.low, ref_shape).astype(np.float32),
+            np.broadcast_to(step_space.high, ref_shape).astype(np.float32),
+            dtype=np.float32,
+        )
+        self.action_space = gym.spaces.Dict({"actor": env.action_space, "ref_chunk": ref_space})
 
     @property
     def expert_takeover_enabled(self) -> bool:
@@ -76,7 +130,7 @@ class RLTWorker(gym.Wrapper):
         if enabled and self.takeover is None:
             raise ValueError(
                 "expert_takeover_enabled=True on a worker built without an expert; "
-                "build it with RLTWorkerSpec(expert_takeover=True)"
+                "build it with PegRLTConfig(expert_takeover=True)"
             )
         self._takeover_wanted = bool(enabled)
 
@@ -85,12 +139,16 @@ class RLTWorker(gym.Wrapper):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Start an episode (applying `expert_takeover_enabled`); infos padded."""
         self.switch.expert_takeover = self.takeover if self._takeover_wanted else None
+        self.reference.chunk = None
         obs, info = self.env.reset(seed=seed, options=options or None)
         return obs, self._fixed_shape(info)
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
-        """Execute one chunk; infos padded."""
-        obs, reward, terminated, truncated, info = self.env.step(action)
+    def step(
+        self, action: dict[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
+        """Execute one chunk (the driver's); infos padded."""
+        self.reference.chunk = np.asarray(action["ref_chunk"], dtype=np.float32)
+        obs, reward, terminated, truncated, info = self.env.step(action["actor"])
         return obs, reward, terminated, truncated, self._fixed_shape(info)
 
     def _fixed_shape(self, info: dict[str, Any]) -> dict[str, Any]:
@@ -131,59 +189,139 @@ def unpad_chunk_info(info: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class RLTWorkerSpec:
-    """How to build one worker's env; a picklable env factory for `AsyncVectorEnv`.
+class RLTWorkerFactory:
+    """Builds one worker's env from the stack config; a picklable env factory.
 
     Attributes:
-        checkpoint: Stage 1 checkpoint folder; None: the embedded default.
-        chunk_len: H, actions per chunk.
-        feature_device: Torch device of each worker's feature model ("cpu", "cuda").
-        render_backend: SAPIEN render device ("gpu" on a GPU machine, "cpu": lavapipe).
-        trigger_mode: AutoGate mode; "always_on" makes every chunk critical (smoke tests).
-        expert_takeover: Build the stalled-progress expert takeover (DESIGN.md §5).
-        max_episode_chunks: Truncate episodes after this many chunks; None: the peg env's own
-            500-step limit alone.
+        config: The peg RLT stack (its feature settings are used by the learner's process).
         torch_threads: CPU threads of each worker's torch (many workers share the cores).
     """
 
-    checkpoint: Path | None = None
-    chunk_len: int = 10
-    feature_device: str = "cpu"
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    trigger_mode: Literal["auto", "always_on"] = "auto"
-    expert_takeover: bool = False
-    max_episode_chunks: int | None = None
+    config: PegRLTConfig
     torch_threads: int = 1
 
     def __call__(self) -> RLTWorker:
         """Build the worker env (runs inside the worker process)."""
-        # Imported here: the simulator loads in the workers, not in the trainer.
-        from rpent_envs.maniskill.expert import PegInsertionExpert
-
         torch.set_num_threads(self.torch_threads)
-        env = make_peg_rlt(
-            checkpoint=str(self.checkpoint) if self.checkpoint else None,
-            chunk_len=self.chunk_len,
-            device=self.feature_device,
-            render_backend=self.render_backend,
-            skip_inactive=False,
-            trigger_mode=self.trigger_mode,
+        config = self.config
+        peg_env = config.make_peg_env()
+        reference = SuppliedReference(config.chunk_len)
+        switch = PolicySwitch(
+            peg_env,
+            config.make_gate(),
+            reference=reference,
+            expert_takeover=None,  # the worker switches it per episode
+            horizon=config.chunk_len,
         )
-        takeover = ExpertTakeover(PegInsertionExpert(env)) if self.expert_takeover else None
-        if self.max_episode_chunks is not None:
-            env = gym.wrappers.TimeLimit(env, self.max_episode_chunks)
-        return RLTWorker(env, takeover)
+        ref_chunk_len = config.vla_config()["chunk_len"]
+        takeover = config.make_takeover(peg_env)
+        return RLTWorker(config.limit_chunks(switch), reference, ref_chunk_len, takeover)
 
 
-def make_rlt_vector_env(spec: RLTWorkerSpec, num_envs: int) -> AsyncVectorEnv:
-    """`num_envs` workers of `spec` (forkserver processes, no autoreset: see the module doc)."""
+class FeaturizedVectorEnv(VectorWrapper):
+    """RLT observations of a vector env of `RLTWorker`s, featurized in one batch per step.
+
+    The wrapped env steps Dict actions (`actor`, `ref_chunk`) and returns raw observations;
+    this wrapper steps flat actor chunks (N, H*A) and returns batched RLT observations
+    (`z_rl`, `proprio`, `ref_chunk`), and sends each worker the reference chunk it featurized
+    from that worker's current observation. `step_async`/`step_wait` let the caller work
+    (learner updates) while the workers simulate; `set_attr`, `get_attr` and `call` reach the
+    workers.
+    """
+
+    def __init__(self, env: VectorEnv, feature_model: RLTFeatureSource) -> None:
+        """Wrap `env` (workers of `RLTWorkerFactory`) with the learner-side feature model."""
+        super().__init__(env)
+        self.feature_model = feature_model
+        raw_space = env.single_observation_space
+        ref_space = env.single_action_space["ref_chunk"]
+        step_space = gym.spaces.Box(ref_space.low[0], ref_space.high[0], dtype=np.float32)
+        self.single_observation_space = rlt_observation_space(
+            feature_model, raw_space["state"], step_space
+        )
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+        self.single_action_space = env.single_action_space["actor"]
+        self.action_space = batch_space(self.single_action_space, env.num_envs)
+        self.instructions = [""] * env.num_envs
+        self.observations: dict[str, np.ndarray] = {
+            key: np.zeros((env.num_envs, *space.shape), np.float32)
+            for key, space in self.single_observation_space.spaces.items()
+        }
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Reset every env, or those of `options["reset_mask"]`, and featurize them."""
+        options = dict(options or {})
+        mask = np.asarray(options.get("reset_mask", np.ones(self.num_envs, bool)), bool)
+        raw, infos = self.env.reset(seed=seed, options=options or None)
+        self._featurize(raw, infos, np.flatnonzero(mask))
+        return self._copy_observations(), infos
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Send the actor's chunks (N, H*A) and the current reference chunks to the workers."""
+        self.env.step_async({"actor": actions, "ref_chunk": self.observations["ref_chunk"]})
+
+    def step_wait(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Wait for the workers' chunks and featurize every env's new observation."""
+        raw, rewards, terminated, truncated, infos = self.env.step_wait()
+        self._featurize(raw, infos, np.arange(self.num_envs))
+        return self._copy_observations(), rewards, terminated, truncated, infos
+
+    def step(self, actions: np.ndarray) -> tuple[dict[str, np.ndarray], Any, Any, Any, dict]:
+        """`step_async` then `step_wait`."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set an attribute of every worker env (see `VectorEnv.set_attr`)."""
+        self.env.set_attr(name, values)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """An attribute of every worker env."""
+        return self.env.get_attr(name)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call a method of every worker env."""
+        return self.env.call(name, *args, **kwargs)
+
+    def _featurize(self, raw: dict[str, np.ndarray], infos: dict, env_indices: np.ndarray) -> None:
+        task_mask = infos.get(f"_{INSTRUCTION_KEY}")
+        for env_index in env_indices:
+            if task_mask is not None and task_mask[env_index]:
+                self.instructions[env_index] = str(infos[INSTRUCTION_KEY][env_index])
+        raw_observations = [{key: raw[key][i] for key in raw} for i in env_indices]
+        batch = rlt_observations(
+            self.feature_model,
+            raw_observations,
+            [self.instructions[i] for i in env_indices],
+            self.single_observation_space,
+        )
+        for key, values in batch.items():
+            self.observations[key][env_indices] = values
+
+    def _copy_observations(self) -> dict[str, np.ndarray]:
+        return {key: values.copy() for key, values in self.observations.items()}
+
+
+def make_rlt_vector_env(
+    config: PegRLTConfig, num_envs: int, worker_torch_threads: int = 1
+) -> FeaturizedVectorEnv:
+    """`num_envs` peg RLT workers (forkserver processes, no autoreset: see the module doc).
+
+    The feature model runs here, on `config.feature_device`; the workers only simulate.
+    """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    return AsyncVectorEnv(
-        [spec] * num_envs,
+    feature_model = load_featurizer(
+        config.checkpoint_dir, resolve_torch_device(config.feature_device)
+    )
+    workers = AsyncVectorEnv(
+        [RLTWorkerFactory(config, worker_torch_threads)] * num_envs,
         context="forkserver",
         autoreset_mode=AutoresetMode.DISABLED,
     )
+    return FeaturizedVectorEnv(workers, feature_model)
 
 
 def reset_envs(

@@ -3,19 +3,47 @@
 A chunk is either an open-loop array of actions (H, A), or a closed-loop step policy that maps
 the current raw observation to one action (a scripted expert, a human teleoperator). Both run
 for at most `horizon` steps and stop at termination or truncation.
+
+Rendering on demand (`rpent_envs.image_demand`): an open-loop chunk reads no observation until
+its end, so on an env with an `ImageDemand` its intermediate steps may skip rendering; the
+chunk's final observation always has its images. A step policy reads every observation and
+renders every step, unless it says otherwise (`reads_images = False`, as `state_step_policy`
+policies do).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from rpent_envs.image_demand import image_demand_of
+
 StepPolicy = Callable[[Any], np.ndarray]
 """Closed-loop source of actions: current raw observation -> one action."""
+
+
+def state_step_policy(act: Callable[[], Any]) -> StepPolicy:
+    """A step policy from `act()` that reads simulator state itself, not the observation.
+
+    Such a policy (e.g. a scripted expert on privileged state) needs no rendered images, so a
+    chunk it drives may skip rendering like an open-loop chunk.
+    """
+
+    def policy(observation: Any) -> np.ndarray:
+        return np.asarray(act(), dtype=np.float32)
+
+    policy.reads_images = False
+    return policy
+
+
+def reads_images(chunk: np.ndarray | StepPolicy) -> bool:
+    """Whether executing `chunk` reads the images of intermediate observations."""
+    return callable(chunk) and getattr(chunk, "reads_images", True)
 
 
 @dataclass
@@ -29,7 +57,7 @@ class ChunkResult:
         truncated: Whether the last executed step truncated the episode.
         info: The info of the last executed step.
         executed_actions: The actions actually executed, shape (len(rewards), A).
-        pre_action_observations: The raw observation before each executed step.
+        step_infos: The info of every executed step, in order (per-step gate signals).
     """
 
     observation: Any
@@ -38,12 +66,31 @@ class ChunkResult:
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     executed_actions: np.ndarray | None = None
-    pre_action_observations: list[Any] = field(default_factory=list)
+    step_infos: list[Mapping[str, Any]] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
         """The episode ended inside the chunk."""
         return self.terminated or self.truncated
+
+    @property
+    def reward(self) -> float:
+        """Sum of the per-step rewards."""
+        return float(sum(self.rewards))
+
+    def chunk_info(self) -> dict[str, Any]:
+        """The last step's info plus the chunk keys every chunked wrapper reports.
+
+        `chunk_rewards` (per-step rewards, for chunked TD), `chunk_len` (steps executed),
+        `executed_action` ((chunk_len, A) as executed) and `step_infos` (every step's info).
+        """
+        return {
+            **self.info,
+            "chunk_rewards": np.asarray(self.rewards, dtype=np.float32),
+            "chunk_len": len(self.rewards),
+            "executed_action": self.executed_actions,
+            "step_infos": self.step_infos,
+        }
 
 
 def execute_chunk(
@@ -61,7 +108,8 @@ def execute_chunk(
         horizon: Most steps to execute.
 
     Returns:
-        The per-step rewards, executed actions and the final step's outputs.
+        The per-step rewards and infos, executed actions and the final step's outputs; the
+        final observation has its images even where intermediate steps skipped rendering.
 
     Raises:
         ValueError: When an array chunk has fewer than `horizon` rows or is not 2-D.
@@ -72,22 +120,24 @@ def execute_chunk(
             raise ValueError(
                 f"action chunk has shape {chunk.shape}; expected ({horizon}, action_dim)"
             )
+    demand = None if reads_images(chunk) else image_demand_of(env)
     result = ChunkResult(observation=observation)
     executed = []
     for step_index in range(horizon):
         action = chunk(observation) if callable(chunk) else chunk[step_index]
         action = np.asarray(action, dtype=np.float32)
-        result.pre_action_observations.append(observation)
-        observation, reward, terminated, truncated, info = env.step(action)
+        last_step = step_index == horizon - 1
+        skippable = demand.optional() if demand and not last_step else contextlib.nullcontext()
+        with skippable:
+            observation, reward, terminated, truncated, info = env.step(action)
         executed.append(action)
         result.rewards.append(float(reward))
-        result.observation, result.terminated, result.truncated, result.info = (
-            observation,
-            bool(terminated),
-            bool(truncated),
-            info,
-        )
+        result.step_infos.append(info)
         if terminated or truncated:
             break
+    if demand is not None and info.get("images_rendered") is False:  # ended on a skipped step
+        observation = demand.observe_now()
+    result.observation, result.info = observation, info
+    result.terminated, result.truncated = bool(terminated), bool(truncated)
     result.executed_actions = np.stack(executed)
     return result

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 
 from recorders.provenance import provenance_of
-from wrappers.chunking import StepPolicy, execute_chunk
+from wrappers.chunking import ChunkResult, StepPolicy, execute_chunk
 from wrappers.takeover import ExpertTakeover
 from wrappers.triggers import SwitchEvent, SwitchTrigger
 
@@ -44,42 +43,6 @@ SWITCH_INFO_KEYS: tuple[str, ...] = (
     "executed_action",
     "action_source",
 )
-
-
-@dataclass
-class ChunkOutcome:
-    """One executed chunk as the switch sees it.
-
-    Attributes:
-        observation: The observation after the chunk.
-        reward: Sum of the per-step rewards.
-        terminated: The episode terminated inside the chunk.
-        truncated: The episode was truncated inside the chunk.
-        info: The last step's info plus `chunk_rewards`, `chunk_len` and `step_infos`.
-        executed_actions: The executed actions, (chunk_len, A).
-        step_infos: The info of every executed step (for per-step gate signals).
-    """
-
-    observation: Any
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
-    executed_actions: np.ndarray
-    step_infos: list[Mapping[str, Any]]
-
-
-class _StepInfoTap(gym.Wrapper):
-    """Keeps the info of every step it passes, so the gates see per-step signals."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.step_infos: list[Mapping[str, Any]] = []
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        outputs = self.env.step(action)
-        self.step_infos.append(outputs[4])
-        return outputs
 
 
 class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -172,7 +135,6 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
             )
         self.horizon, self.action_dim = self._chunk_shape(horizon)
         if self._step_chunk is None:
-            self._tap = _StepInfoTap(env)
             self.action_space = _chunk_action_space(env.action_space, self.horizon)
         self._actor_ready = True
         self._switch_on = False
@@ -222,12 +184,11 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """Execute one chunk with the driver chosen for it; see the class doc for the info."""
-        outcome = self._run_chunk(actor_action=action)
-        truncated = outcome.truncated
-        ended = outcome.terminated or outcome.truncated
-        if self.skip_inactive and not ended and self.next_action_source != "actor":
+        result, info = self._run_chunk(actor_action=action)
+        truncated = result.truncated
+        if self.skip_inactive and not result.done and self.next_action_source != "actor":
             truncated = self._resume_pending = True
-        return outcome.observation, outcome.reward, outcome.terminated, truncated, outcome.info
+        return result.observation, result.reward, result.terminated, truncated, info
 
     def close(self) -> None:
         """Stop the trigger (e.g. its keyboard listener) and close the env."""
@@ -257,33 +218,34 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
                     )
                 self._reset_episode(None, None)
                 continue
-            outcome = self._run_chunk(actor_action=None)
+            result, _ = self._run_chunk(actor_action=None)
             skipped_chunks += 1
-            skipped_reward += outcome.reward
+            skipped_reward += result.reward
         info = {**self._info, "skipped_chunks": skipped_chunks, "skipped_reward": skipped_reward}
         return self._observation, info
 
-    def _run_chunk(self, actor_action: Any) -> ChunkOutcome:
+    def _run_chunk(self, actor_action: Any) -> tuple[ChunkResult, dict[str, Any]]:
+        """Execute one chunk with its driver; returns the result and the step's info."""
         source = self.next_action_source
         decided_in_critical_phase, decided_takeover = self._switch_on, self._takeover_requested
         # labelled first, so a reference that logs its own prediction can label it with its ids
         provenance_of(self.env).set_action_source(source)
         chunk = self._chunk_for(source, actor_action)
-        outcome = self._execute(chunk)
-        self._observation = outcome.observation
-        self._episode_over = outcome.terminated or outcome.truncated
-        event = self._update_switch(outcome.step_infos)
-        outcome.info.update(
+        result, info = self._execute(chunk)
+        self._observation = result.observation
+        self._episode_over = result.done
+        event = self._update_switch(result.step_infos)
+        info.update(
             self._switch_info(
                 source,
                 decided_in_critical_phase,
                 decided_takeover,
-                outcome.executed_actions,
+                result.executed_actions,
                 event,
             )
         )
-        self._info = outcome.info
-        return outcome
+        self._info = info
+        return result, info
 
     def _chunk_for(self, source: DriverSource, actor_action: Any) -> np.ndarray | StepPolicy:
         if source == "expert":
@@ -302,44 +264,27 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
             )
         return action.reshape(self.horizon, self.action_dim)
 
-    def _execute(self, chunk: np.ndarray | StepPolicy) -> ChunkOutcome:
-        if self._step_chunk is not None:
-            return self._execute_with_step_chunk(chunk)
-        step_infos = self._tap.step_infos = []
-        result = execute_chunk(self._tap, self._observation, chunk, self.horizon)
-        info = {
-            **result.info,
-            "chunk_rewards": np.asarray(result.rewards, dtype=np.float32),
-            "chunk_len": len(result.rewards),
-            "step_infos": step_infos,
-        }
-        return ChunkOutcome(
-            result.observation,
-            float(sum(result.rewards)),
-            result.terminated,
-            result.truncated,
-            info,
-            result.executed_actions,
-            step_infos,
-        )
-
-    def _execute_with_step_chunk(self, chunk: np.ndarray | StepPolicy) -> ChunkOutcome:
+    def _execute(self, chunk: np.ndarray | StepPolicy) -> tuple[ChunkResult, dict[str, Any]]:
+        if self._step_chunk is None:
+            result = execute_chunk(self.env, self._observation, chunk, self.horizon)
+            return result, result.chunk_info()
         observation, reward, terminated, truncated, info = self._step_chunk(chunk)
-        missing = {"executed_action", "step_infos"} - set(info)
+        missing = {"executed_action", "step_infos", "chunk_rewards"} - set(info)
         if missing:
             raise KeyError(
                 f"step_chunk of the wrapper below returned no {sorted(missing)} in its info; "
                 "PolicySwitch needs the executed actions and every step's info"
             )
-        return ChunkOutcome(
+        result = ChunkResult(
             observation,
-            float(reward),
-            bool(terminated),
-            bool(truncated),
-            dict(info),
-            np.asarray(info["executed_action"], dtype=np.float32),
-            info["step_infos"],
+            rewards=[float(reward) for reward in info["chunk_rewards"]],
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            info=info,
+            executed_actions=np.asarray(info["executed_action"], dtype=np.float32),
+            step_infos=info["step_infos"],
         )
+        return result, dict(info)
 
     def _update_switch(self, step_infos: Sequence[Mapping[str, Any]]) -> SwitchEvent | None:
         update = self.trigger.update(step_infos)

@@ -17,6 +17,7 @@ import numpy as np
 from recorders.image_writer import DEFAULT_PNG_COMPRESSION
 from recorders.provenance import ActionSource
 from recorders.trajectory import TaskMetadata, TrajectoryWriter
+from rpent_envs.image_demand import image_demand_of
 
 
 def environment_verdict(info: dict[str, Any]) -> bool | None:
@@ -47,6 +48,9 @@ class RecordTrajectory(
     `result.environment_success` (`info["success"]`); an episode cut short by `reset()` or
     `close()` gets null. `task.json` also stores env id, env kwargs, reset seed and options, so
     the episode can be replayed.
+
+    The recorder stores the images of every step, so it holds the env's image demand
+    (`rpent_envs.image_demand`): chunk executors above it render every step.
 
     Each episode starts with the label `default_source` (None: recorded as null, "unknown").
     Set labels after `reset()` returns: `provenance.set_action_source("vla", call_id, pred_id)`.
@@ -139,6 +143,9 @@ class RecordTrajectory(
         )
         self._next_task_id = task_id
         self._pre_action_observation: dict[str, np.ndarray] | None = None
+        self._image_demand = image_demand_of(env)
+        if self._image_demand is not None:
+            self._image_demand.hold(self)
 
     @property
     def provenance(self) -> TrajectoryWriter:
@@ -199,4 +206,6 @@ class RecordTrajectory(
         try:
             self._writer.close()
         finally:
+            if self._image_demand is not None:
+                self._image_demand.release(self)
             super().close()

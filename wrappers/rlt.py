@@ -87,7 +87,7 @@ class RLTObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
         state_space = getattr(env.observation_space, "spaces", {}).get("state")
         if state_space is None:
             raise ValueError(f"RLTObservation needs a Dict observation with 'state', got {env}")
-        self.observation_space = _observation_space(feature_model, state_space, env.action_space)
+        self.observation_space = rlt_observation_space(feature_model, state_space, env.action_space)
         flat_size = chunk_len * feature_model.action_dim
         self.action_space = gym.spaces.Box(-1.0, 1.0, (flat_size,), np.float32)
         self.raw_observation: Any = None
@@ -120,43 +120,45 @@ class RLTObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
             The featurized observation after the chunk, the summed reward, terminated,
             truncated, and the info described in the class doc.
         """
-        step_infos: list[dict[str, Any]] = []
-        tap = _InfoTap(self.env, step_infos)
-        result = execute_chunk(tap, self.raw_observation, chunk, self.chunk_len)
+        result = execute_chunk(self.env, self.raw_observation, chunk, self.chunk_len)
         self.raw_observation = result.observation
-        info = {
-            **result.info,
-            "chunk_rewards": np.asarray(result.rewards, dtype=np.float32),
-            "chunk_len": len(result.rewards),
-            "executed_action": result.executed_actions,
-            "step_infos": step_infos,
-        }
         observation = self._featurize(result.observation)
-        return observation, float(sum(result.rewards)), result.terminated, result.truncated, info
+        return observation, result.reward, result.terminated, result.truncated, result.chunk_info()
 
     def _featurize(self, raw_observation: Any) -> dict[str, np.ndarray]:
-        features = self.feature_model.rlt_features([raw_observation], [self.instruction])
-        ref_space = self.observation_space["ref_chunk"]
-        return {
-            "z_rl": np.asarray(features.z_rl[0], dtype=np.float32),
-            "proprio": np.asarray(raw_observation["state"], dtype=np.float32),
-            "ref_chunk": np.clip(features.ref_chunk[0], ref_space.low, ref_space.high).astype(
-                np.float32
-            ),
-        }
+        batch = rlt_observations(
+            self.feature_model, [raw_observation], [self.instruction], self.observation_space
+        )
+        return {key: value[0] for key, value in batch.items()}
 
 
-class _InfoTap(gym.Wrapper):
-    """Passes steps through and keeps every step's info (for per-step gate signals)."""
+def rlt_observations(
+    feature_model: RLTFeatureSource,
+    raw_observations: list[Any],
+    instructions: list[str],
+    space: gym.spaces.Dict,
+) -> dict[str, np.ndarray]:
+    """Batched RLT observations (`z_rl`, `proprio`, `ref_chunk`) of raw observations.
 
-    def __init__(self, env: gym.Env, step_infos: list[dict[str, Any]]) -> None:
-        super().__init__(env)
-        self.step_infos = step_infos
+    One feature-model call for the whole batch; the reference chunks are clipped to
+    `space["ref_chunk"]` (the action bounds).
 
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        outputs = self.env.step(action)
-        self.step_infos.append(outputs[4])
-        return outputs
+    Args:
+        feature_model: Source of `z_rl` and the reference chunk.
+        raw_observations: Raw Dict observations (with `state` and what the model reads).
+        instructions: The instruction of each observation.
+        space: The single RLT observation space (`rlt_observation_space`).
+
+    Returns:
+        `z_rl` (B, D), `proprio` (B, P) and `ref_chunk` (B, H_ref, A), float32.
+    """
+    features = feature_model.rlt_features(raw_observations, instructions)
+    ref_space = space["ref_chunk"]
+    return {
+        "z_rl": np.asarray(features.z_rl, dtype=np.float32),
+        "proprio": np.stack([np.asarray(obs["state"], np.float32) for obs in raw_observations]),
+        "ref_chunk": np.clip(features.ref_chunk, ref_space.low, ref_space.high).astype(np.float32),
+    }
 
 
 def _check_action_space(space: gym.Space, action_dim: int) -> gym.spaces.Box:
@@ -173,9 +175,14 @@ def _check_action_space(space: gym.Space, action_dim: int) -> gym.spaces.Box:
     return space
 
 
-def _observation_space(
+def rlt_observation_space(
     feature_model: RLTFeatureSource, state_space: gym.spaces.Box, action_space: gym.spaces.Box
 ) -> gym.spaces.Dict:
+    """The RLT observation space of `feature_model` over a raw env.
+
+    Dict(`z_rl` (D,), `proprio` (the shape of `state_space`), `ref_chunk` (H_ref, A) within
+    the bounds of the per-step `action_space`).
+    """
     ref_shape = (feature_model.chunk_len, feature_model.action_dim)
     return gym.spaces.Dict(
         {

@@ -14,9 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from wrappers.chunking import StepPolicy
+from wrappers.chunking import StepPolicy, state_step_policy
 from wrappers.triggers import GraspStreak, HoleSignals
 
 logger = logging.getLogger(__name__)
@@ -25,11 +23,14 @@ logger = logging.getLogger(__name__)
 def as_step_policy(expert: Any) -> StepPolicy:
     """A closed-loop step policy from an object with `act()` or a callable obs -> action.
 
+    An object with `act()` reads its own (simulator) state, so its chunks need no rendered
+    images (`wrappers.chunking.state_step_policy`); a callable reads the observation.
+
     Raises:
         TypeError: When `expert` is neither.
     """
     if hasattr(expert, "act"):
-        return lambda observation: np.asarray(expert.act(), dtype=np.float32)
+        return state_step_policy(expert.act)
     if callable(expert):
         return expert
     raise TypeError(

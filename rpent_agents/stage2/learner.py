@@ -137,6 +137,23 @@ class Stage2Learner:
         )
         return chunk.flatten(1).cpu().numpy()
 
+    @torch.no_grad()
+    def q_value(self, transition: RLTTransition) -> float:
+        """Q (first head) of one transition's observation and executed chunk (diagnostics)."""
+        obs = obs_to_tensors(
+            {key: np.asarray(getattr(transition, key))[None] for key in ("z_rl", "proprio",
+             "ref_chunk")},
+            self.device,
+        )  # fmt: skip
+        action = torch.as_tensor(transition.action[None], dtype=torch.float32, device=self.device)
+        return float(self.critic(obs, action)[0, 0])
+
+    def replay_scalars(self) -> dict[str, float]:
+        """Reward density of the replay: the share of stored transitions with a reward."""
+        if len(self.replay) == 0:
+            return {}
+        return {"diag/replay_rewarded_share": self.replay.rewarded_share()}
+
     def add_transitions(self, transitions: Iterable[RLTTransition | None]) -> int:
         """Store the given transitions (None entries are skipped); returns how many."""
         stored = 0

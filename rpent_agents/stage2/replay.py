@@ -178,6 +178,11 @@ class ReplayBuffer:
             intervened=picked["intervened"],
         )
 
+    def rewarded_share(self) -> float:
+        """Share of the stored transitions whose chunk earned any reward."""
+        rewards = self.storage["rewards"][: self.size]
+        return float((rewards.sum(dim=-1) > 0).float().mean())
+
     def _chronological_indices(self) -> torch.Tensor:
         oldest = (self.next_index - self.size) % self.capacity
         return (oldest + torch.arange(self.size, device=self.device)) % self.capacity

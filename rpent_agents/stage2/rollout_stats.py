@@ -2,8 +2,10 @@
 
 `ChunkStats` gives the `train/replay/...` rates over the chunks stepped since its last report;
 `EpisodeStats` gives `env/success_once` and `env/episode_len` (or `eval/...`) over the episodes
-finished since its last report. Both read the RLT env's per-chunk info (`record_transition`,
-`actor_switch`, `intervention_requested`, `intervene_flag`, `success`, `chunk_len`).
+finished since its last report; `RolloutDiagnostics` gives the `diag/...` scalars (Q of
+successful against failed episodes, the actor's distance from the reference, where critical
+chunks end). All read the RLT env's per-chunk info (`record_transition`, `actor_switch`,
+`intervention_requested`, `intervene_flag`, `success`, `chunk_len`, `peg_head_pos_at_hole`).
 """
 
 from __future__ import annotations
@@ -107,3 +109,90 @@ class EpisodeStats:
             f"{self.prefix}/success_once": float(np.mean(successes)),
             f"{self.prefix}/episode_len": float(np.mean(lengths)),
         }
+
+
+class RolloutDiagnostics:
+    """What the critic and the actor do on training episodes: `diag/...` scalars.
+
+    - `diag/q_success_episodes`, `diag/q_failed_episodes`: mean Q (first head) of the stored
+      transitions of finished episodes that succeeded, or failed: a critic that learns
+      separates them.
+    - `diag/actor_ref_rms`: RMS distance of the actor's chunks (where the actor drove) from the
+      reference chunk the VLA gave for the same observation.
+    - `diag/critical_head_past_face_m`, `diag/critical_head_yz_radii`: where critical-phase
+      chunks end (peg head past the box face, max(|y|, |z|) in hole radii).
+
+    Example:
+        >>> diagnostics = RolloutDiagnostics(num_envs=1)
+        >>> info = {"actor_switch": False, "record_transition": False, "success": True}
+        >>> diagnostics.record(0, info, {}, np.zeros(80), q_value=0.5, done=True)
+        >>> diagnostics.scalars()["diag/q_success_episodes"]
+        0.5
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        self.episode_q: list[list[float]] = [[] for _ in range(num_envs)]
+        self.episode_success = np.zeros(num_envs, bool)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.q_by_outcome: dict[bool, list[float]] = {True: [], False: []}
+        self.actor_ref_sq: list[float] = []
+        self.past_face_m: list[float] = []
+        self.yz_radii: list[float] = []
+
+    def abandon_episodes(self) -> None:
+        """Forget the running episodes (the trainer restarts every env)."""
+        self.episode_q = [[] for _ in self.episode_q]
+        self.episode_success[:] = False
+
+    def record(
+        self,
+        env_index: int,
+        info: Mapping[str, Any],
+        obs: Mapping[str, np.ndarray],
+        action: np.ndarray,
+        q_value: float | None,
+        done: bool,
+    ) -> None:
+        """Add one chunk of env `env_index`.
+
+        Args:
+            env_index: The env.
+            info: The chunk's info.
+            obs: The RLT observation the chunk was decided from.
+            action: The actor's chunk sent for it (flat).
+            q_value: Q of its stored transition (None: not stored).
+            done: The chunk ended the episode.
+        """
+        if _flag(info, "actor_switch"):
+            ref = np.asarray(obs["ref_chunk"])
+            chunk = np.asarray(action).reshape(-1, ref.shape[-1])
+            self.actor_ref_sq.append(float(np.mean((chunk - ref[: len(chunk)]) ** 2)))
+        if _flag(info, "record_transition") and "peg_head_pos_at_hole" in info:
+            head = np.asarray(info["peg_head_pos_at_hole"], np.float64)
+            self.past_face_m.append(float(head[0] - info["hole_entry_x"]))
+            self.yz_radii.append(float(np.max(np.abs(head[1:]))) / float(info["hole_radius"]))
+        if q_value is not None:
+            self.episode_q[env_index].append(q_value)
+        self.episode_success[env_index] |= _flag(info, "success")
+        if done:
+            success = bool(self.episode_success[env_index])
+            if self.episode_q[env_index]:
+                self.q_by_outcome[success].append(float(np.mean(self.episode_q[env_index])))
+            self.episode_q[env_index] = []
+            self.episode_success[env_index] = False
+
+    def scalars(self) -> dict[str, float]:
+        """The `diag/...` scalars since the last call (those with data)."""
+        values = {
+            "diag/q_success_episodes": self.q_by_outcome[True],
+            "diag/q_failed_episodes": self.q_by_outcome[False],
+            "diag/critical_head_past_face_m": self.past_face_m,
+            "diag/critical_head_yz_radii": self.yz_radii,
+        }
+        scalars = {name: float(np.mean(data)) for name, data in values.items() if data}
+        if self.actor_ref_sq:
+            scalars["diag/actor_ref_rms"] = float(np.sqrt(np.mean(self.actor_ref_sq)))
+        self._reset()
+        return scalars

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from rpent_envs.action_checks import checked_action
+from rpent_envs.image_demand import ImageDemand
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,13 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     Info keys: `success` / `is_success` (bool), `is_grasped` (bool, the gripper holds the peg
     within 20 deg of the closing direction), `peg_head_pos_at_hole` (float32 (3,), peg head in
     the hole frame, x along the hole axis, 0 at the box centre), `hole_radius` (float, m),
-    `task` (the instruction) and `episode_seed` (int, the seed that replays the episode).
+    `hole_entry_x` (float, m: the hole-frame x of the box face where the hole begins),
+    `task` (the instruction) and `episode_seed` (int, the seed that replays the episode); with
+    `obs_mode="rgb"` also `images_rendered` (bool).
+
+    Rendering on demand (`rpent_envs.image_demand`): a chunk executor may mark steps whose
+    images it does not read; such steps skip both cameras and return zero images
+    (`images_rendered` False), unless a consumer such as `RecordTrajectory` holds the demand.
 
     Example:
         >>> import gymnasium as gym, rpent_envs
@@ -112,6 +119,9 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             spaces = {"image": image_space, "wrist_image": image_space, **spaces}
         self.observation_space = gym.spaces.Dict(spaces)
         self.episode_seed: int | None = None
+        self.image_demand = ImageDemand(self.current_observation)
+        self._blank_image = np.zeros((image_size, image_size, 3), np.uint8)
+        self._blank_image.flags.writeable = False
 
     @property
     def maniskill_env(self) -> Any:
@@ -136,9 +146,20 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         action = checked_action(action, (ACTION_DIM,), np.float32)
         import torch
 
-        raw_obs, _, _, _, raw_info = self._sim.step(torch.from_numpy(action)[None])
+        skip_images = self.obs_mode == "rgb" and self.image_demand.skips_rendering()
+        self._sim.skip_sensor_data = skip_images
+        try:
+            raw_obs, _, _, _, raw_info = self._sim.step(torch.from_numpy(action)[None])
+        finally:
+            self._sim.skip_sensor_data = False
         info = self._info(raw_info)
+        if self.obs_mode == "rgb":
+            info["images_rendered"] = not skip_images
         return self._observation(raw_obs), float(info["success"]), info["success"], False, info
+
+    def current_observation(self) -> dict[str, np.ndarray]:
+        """The observation of the current simulator state, rendered now (no step taken)."""
+        return self._observation(self._sim.get_obs())
 
     def render(self) -> np.ndarray | None:
         """Return the 512x512 third-person RGB view when `render_mode="rgb_array"`."""
@@ -174,9 +195,13 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     def _observation(self, raw_obs: dict[str, Any]) -> dict[str, np.ndarray]:
         obs = {"state": _to_numpy(raw_obs["agent"]["qpos"])[:STATE_DIM].astype(np.float32)}
         if self.obs_mode == "rgb":
-            sensors = raw_obs["sensor_data"]
-            obs["image"] = _to_numpy(sensors["base_camera"]["rgb"])
-            obs["wrist_image"] = _to_numpy(sensors["hand_camera"]["rgb"])
+            sensors = raw_obs.get("sensor_data")
+            if sensors is None:  # a step that skipped rendering
+                obs["image"] = self._blank_image
+                obs["wrist_image"] = self._blank_image
+            else:
+                obs["image"] = _to_numpy(sensors["base_camera"]["rgb"])
+                obs["wrist_image"] = _to_numpy(sensors["hand_camera"]["rgb"])
         return obs
 
     def _info(self, raw_info: dict[str, Any]) -> dict[str, Any]:
@@ -187,6 +212,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             "is_grasped": bool(_to_numpy(raw_info["is_grasped"])),
             "peg_head_pos_at_hole": _to_numpy(raw_info["peg_head_pos_at_hole"]).astype(np.float32),
             "hole_radius": float(_to_numpy(raw_info["hole_radius"])),
+            "hole_entry_x": float(_to_numpy(raw_info["hole_entry_x"])),
             "task": self.task_description,
             "episode_seed": self.episode_seed,
         }

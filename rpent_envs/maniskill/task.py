@@ -54,6 +54,8 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
 
     def __init__(self, *args, show_wrist_mount: bool = False, **kwargs) -> None:
         self.show_wrist_mount = show_wrist_mount
+        self.skip_sensor_data = False
+        """While True, observations carry no sensor data (nothing is rendered)."""
         super().__init__(*args, **kwargs)
 
     @property
@@ -115,11 +117,18 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
         self.remove_from_state_dict_registry(box)
         return box
 
+    def _get_obs_with_sensor_data(self, info: dict, apply_texture_transforms: bool = True) -> dict:
+        if self.skip_sensor_data:  # the caller reads no image of this step (ImageDemand)
+            return dict(agent=self._get_obs_agent(), extra=self._get_obs_extra(info))
+        return super()._get_obs_with_sensor_data(info, apply_texture_transforms)
+
     def evaluate(self) -> dict[str, torch.Tensor]:
-        """Success, peg-head position in the hole frame, grasp flag and hole radius."""
+        """Success, peg-head position in the hole frame, grasp flag, hole radius and entry."""
         info = super().evaluate()
         info["is_grasped"] = self.agent.is_grasping(self.peg, max_angle=GRASP_MAX_ANGLE_DEG)
         info["hole_radius"] = self.box_hole_radii.clone()
+        # The box is as deep as the peg is long: its face (the hole's entry) is at -half length.
+        info["hole_entry_x"] = -self.peg_half_sizes[:, 0]
         return info
 
     def compute_sparse_reward(self, obs, action, info) -> torch.Tensor:  # noqa: D102

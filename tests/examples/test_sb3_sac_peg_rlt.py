@@ -21,8 +21,8 @@ def test_sac_learns_on_the_registered_env_and_saves_a_usable_model(tmp_path):
     command = [
         sys.executable, str(EXAMPLE), "--output-dir", str(tmp_path), "--total-timesteps", "24",
         "--learning-starts", "8", "--batch-size", "8", "--buffer-size", "100",
-        "--hidden-dim", "32", "--trigger-mode", "always_on", "--max-episode-chunks", "4",
-        "--render-backend", "cpu", "--device", "cpu",
+        "--hidden-dim", "32", "--env.trigger-mode", "always_on", "--env.max-episode-chunks", "4",
+        "--env.render-backend", "cpu", "--device", "cpu",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -1,4 +1,4 @@
-"""examples/train_rlt_peg.py end to end on 2 real workers: learning, evaluation, plot, resume.
+"""`rpent-stage2` end to end on 2 real workers: learning, evaluation, plot, resume; the example.
 
 The runs are tiny: every chunk is critical (`trigger_mode=always_on`), episodes last 2 chunks,
 2 held-out seeds, and Stage 2 starts learning after 2 transitions and lets the actor drive
@@ -13,25 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 from matplotlib.image import imread
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import rpent_envs
-from rpent_agents.rlt_vector import RLTWorker, unpad_chunk_info
-from rpent_envs.maniskill.expert import PegInsertionExpert
-from wrappers.policy_switch import PolicySwitch
-from wrappers.takeover import ExpertTakeover, as_step_policy
-from wrappers.triggers import AutoGate
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "train_rlt_peg.py"
+EXAMPLE = Path(__file__).parents[3] / "examples" / "train_rlt_peg.py"
 TINY_RUN = [
-    "reference", "--num-envs", "2", "--render-backend", "cpu", "--trigger-mode", "always_on",
-    "--max-episode-chunks", "2", "--num-eval-episodes", "2", "--eval-every-env-steps", "40",
-    "--save-every-env-steps", "20", "--log-every-iterations", "1",
+    "--num-envs", "2", "--env.render-backend", "cpu", "--env.trigger-mode", "always_on",
+    "--env.max-episode-chunks", "2", "--num-eval-episodes", "2", "--eval-every-env-steps", "100",
+    "--save-every-env-steps", "60", "--log-every-iterations", "1",
     "--stage2.hidden-dim", "32", "--stage2.batch-size", "8", "--stage2.learning-starts", "2",
     "--stage2.warmup-updates", "2", "--stage2.weight-warmup-updates", "1",
     "--stage2.weight-ramp-updates", "2", "--stage2.device", "cpu",
@@ -56,9 +48,10 @@ def no_lerobot_site(tmp_path_factory):
     return site
 
 
-def run_training(output_dir, site, *args, check=True):
+def run_training(output_dir, site, *args, check=True, script=("-m", "rpent_agents.stage2.train")):
     path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
-    command = [sys.executable, str(EXAMPLE), *TINY_RUN, "--output-dir", str(output_dir), *args]
+    preset = ["reference"] if script[0] == "-m" else []
+    command = [sys.executable, *script, *preset, *TINY_RUN, "--output-dir", str(output_dir), *args]
     result = subprocess.run(
         command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path}
     )
@@ -85,7 +78,7 @@ def run_extra(output_dir):
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, no_lerobot_site):
     output_dir = tmp_path_factory.mktemp("train") / "run1"
-    result = run_training(output_dir, no_lerobot_site, "--total-env-steps", "60")
+    result = run_training(output_dir, no_lerobot_site, "--total-env-steps", "200")
     return output_dir, result
 
 
@@ -93,10 +86,10 @@ def test_training_learns_lets_the_actor_drive_and_writes_results(first_run):
     output_dir, result = first_run
     results = json.loads((output_dir / "results.json").read_text())
     assert results["eval_seeds"] == [0, 1] and results["base_success_rate"] in (0.0, 0.5, 1.0)
-    # one vector step = 2 envs x 10 steps; evaluations every 40 env steps and at the end
-    assert results["env_steps"] == 60 and results["stop_reason"] == "total_env_steps"
-    assert [point["env_steps"] for point in results["evals"]] == [40, 60]
-    assert results["transitions"] == 6  # always_on: every chunk of the 3 vector steps
+    # one vector step = 2 envs x 10 steps; evaluations every 100 env steps and at the end
+    assert results["env_steps"] == 200 and results["stop_reason"] == "total_env_steps"
+    assert [point["env_steps"] for point in results["evals"]] == [100, 200]
+    assert results["transitions"] == 20  # always_on: every chunk of the 10 vector steps
     assert results["updates"] >= 2 and results["eval_env_steps"] == 3 * 2 * 20
     assert results["gain_points"] == pytest.approx(
         100 * (results["final_success_rate"] - results["base_success_rate"])
@@ -114,18 +107,18 @@ def test_training_learns_lets_the_actor_drive_and_writes_results(first_run):
     assert "base 0." in result.stdout or "base 1." in result.stdout
 
 
-def test_resume_continues_the_run_with_expert_takeover(first_run, no_lerobot_site, tmp_path):
+def test_the_example_resumes_the_run_with_expert_takeover(first_run, no_lerobot_site, tmp_path):
     first_dir, _ = first_run
     output_dir = tmp_path / "run1"
     shutil.copytree(first_dir, output_dir)
     first = json.loads((first_dir / "results.json").read_text())
-    run_training(output_dir, no_lerobot_site, "--resume", "--expert-takeover",
-                 "--total-env-steps", "100")  # fmt: skip
+    run_training(output_dir, no_lerobot_site, "--resume", "--env.expert-takeover",
+                 "--total-env-steps", "300", script=(str(EXAMPLE),))  # fmt: skip
     results = json.loads((output_dir / "results.json").read_text())
     assert results["base_success_rate"] == first["base_success_rate"]  # measured once
     assert results["evals"][:2] == first["evals"]
-    assert [point["env_steps"] for point in results["evals"]] == [40, 60, 100]
-    assert results["transitions"] == 10 and results["updates"] > first["updates"]
+    assert [point["env_steps"] for point in results["evals"]] == [100, 200, 300]
+    assert results["transitions"] == 30 and results["updates"] > first["updates"]
     assert results["wall_time_s"] > first["wall_time_s"]
     # training episodes keep counting: no seed of the first part is replayed
     assert run_extra(output_dir)["episodes_started"] > run_extra(first_dir)["episodes_started"]
@@ -138,37 +131,3 @@ def test_a_fresh_run_never_overwrites_a_saved_one(first_run, no_lerobot_site):
     assert result.returncode != 0
     assert "holds a run; pass --resume" in result.stderr
     assert (output_dir / "results.json").read_bytes() == before
-
-
-@pytest.fixture(scope="module")
-def state_switch():
-    # The worker wrapper over a per-step switch (state observations: quick to build); the
-    # 15-step limit ends the second chunk after 5 steps.
-    env = gym.make(rpent_envs.PEG_INSERTION_ID, obs_mode="state", max_episode_steps=15)
-    expert = PegInsertionExpert(env)
-    switch = PolicySwitch(env, AutoGate(), reference=lambda observation: as_step_policy(expert))
-    yield switch, ExpertTakeover(PegInsertionExpert(env))
-    switch.close()
-
-
-def test_worker_pads_short_chunks_and_switches_the_expert_per_episode(state_switch):
-    switch, takeover = state_switch
-    worker = RLTWorker(switch, takeover)
-    assert worker.expert_takeover_enabled
-    worker.expert_takeover_enabled = False
-    _, info = worker.reset(seed=0)
-    assert switch.expert_takeover is None and info["chunk_len"] == 0
-    assert info["executed_action"].shape == (10, 8) and info["chunk_rewards"].shape == (10,)
-    _, _, _, truncated, info = worker.step(np.zeros(80, np.float32))
-    assert not truncated and info["chunk_len"] == 10 and "step_infos" not in info
-    _, _, _, truncated, info = worker.step(np.zeros(80, np.float32))
-    assert truncated and info["chunk_len"] == 5
-    assert info["executed_action"].shape == (10, 8) and info["chunk_rewards"].shape == (10,)
-    assert not info["executed_action"][5:].any()
-    short = unpad_chunk_info(info)
-    assert short["executed_action"].shape == (5, 8) and short["chunk_rewards"].shape == (5,)
-    worker.expert_takeover_enabled = True
-    worker.reset(seed=1)
-    assert switch.expert_takeover is takeover
-    with pytest.raises(ValueError, match="built without an expert"):
-        RLTWorker(switch).expert_takeover_enabled = True

@@ -1,0 +1,428 @@
+"""Stage 2 training on the peg RLT stack (`rpent-stage2`): the loop, its presets and its records.
+
+Read top to bottom: the arguments and their presets, then `Stage2Run`: the vector env (workers
+simulate, the learner's process featurizes), the base policy measured once on held-out seeds,
+then the loop: the actor's chunks go to the workers, the learner updates while they simulate,
+critical-phase chunks become replay transitions, finished episodes restart; periodic
+evaluations on the same seeds, checkpoints and results.
+
+    rpent-stage2 reference --output-dir runs/rlt_peg
+    rpent-stage2 peg-fast --output-dir runs/rlt_fast --env.render-backend gpu --max-minutes 9
+    rpent-stage2 peg-fast --output-dir runs/rlt_fast --resume --max-minutes 9
+
+--output-dir gets results.json (base success, eval curve, env steps, wall time),
+success_curve.png, tensorboard/ and run/ (the checkpoint `--resume` continues from); the
+results, the plot and the checkpoint are rewritten after every evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tyro
+from tqdm import tqdm
+
+from rpent_agents.learning_report import EvalPoint, LearningResults
+from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.rlt_evaluation import EvalResult, evaluate_on_seeds
+from rpent_agents.rlt_vector import (
+    FeaturizedVectorEnv,
+    make_rlt_vector_env,
+    reset_envs,
+    unpad_chunk_info,
+)
+from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
+from rpent_agents.stage2.config import Stage2Config
+from rpent_agents.stage2.learner import Stage2Learner
+from rpent_agents.stage2.networks import RLTDims
+from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
+from rpent_agents.stage2.scalar_log import ScalarLog
+from rpent_agents.stage2.transitions import build_transition, vector_step_items
+
+logger = logging.getLogger(__name__)
+SAVE_RESERVE_S = 30.0
+"""Time kept back at the end of a budgeted run for the last checkpoint and results."""
+
+
+@dataclass
+class TrainArgs:
+    """Stage 2 training on the peg RLT stack (RPent/PegInsertion-RLT-v0, vectorized)."""
+
+    output_dir: Path = Path("runs/rlt_peg")
+    """Folder of results.json, success_curve.png, tensorboard/ and the checkpoint run/."""
+    resume: bool = False
+    """Continue the run in output_dir (its learner, replay, counters, base success and curve;
+    its saved Stage 2 config wins over --stage2.* flags)."""
+    total_env_steps: int = 300_000
+    """Training simulator steps (every env, every driver) after which the run stops."""
+    max_minutes: float = 0.0
+    """Wall-clock budget of this command in minutes (0: none); the run stops early enough to
+    finish its last evaluation and save."""
+    num_envs: int = 16
+    """Worker processes, one peg env each."""
+    env: PegRLTConfig = field(default_factory=PegRLTConfig)
+    """The peg RLT stack (checkpoint, devices, render backend, gate, expert takeover)."""
+    eval_seed: int = 0
+    """First held-out reset seed (the Stage 1 demonstrations use 1000 on)."""
+    num_eval_episodes: int = 100
+    """Held-out seeds eval_seed, eval_seed + 1, ...: one episode each per evaluation."""
+    eval_every_env_steps: int = 50_000
+    """Training env steps between evaluations of the actor (and at the end)."""
+    save_every_env_steps: int = 20_000
+    """Training env steps between checkpoints (also after each evaluation)."""
+    log_every_iterations: int = 10
+    """Vector steps between rollout scalars (learner scalars: every step that updated)."""
+    train_seed: int = 100_000
+    """Seed of the first training episode; episode k uses train_seed + k."""
+    worker_torch_threads: int = 1
+    """CPU threads of torch in each worker."""
+    stage2: Stage2Config = field(default_factory=Stage2Config)
+    """Stage 2 hyperparameters (DESIGN.md §4 defaults)."""
+
+
+@dataclass
+class RunState:
+    """Counters a checkpoint keeps next to the learner (its `extra`)."""
+
+    env_steps: int = 0
+    episodes_started: int = 0
+    wall_time_s: float = 0.0
+    last_eval_env_steps: int = -1
+    last_save_env_steps: int = 0
+    eval_wall_time_s: float = 60.0
+
+    def next_seeds(self, count: int, first_seed: int) -> list[int]:
+        """Seeds of the next `count` training episodes."""
+        first = first_seed + self.episodes_started
+        self.episodes_started += count
+        return list(range(first, first + count))
+
+
+class WallClock:
+    """This command's time against --max-minutes, and the run's wall time over resumes."""
+
+    def __init__(self, max_minutes: float, earlier_wall_time_s: float, started_s: float) -> None:
+        """Count from `started_s` (monotonic), after `earlier_wall_time_s` of earlier parts."""
+        self.started_s = started_s
+        self.max_s = max_minutes * 60.0
+        self.earlier_wall_time_s = earlier_wall_time_s
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since this command started."""
+        return time.monotonic() - self.started_s
+
+    @property
+    def run_wall_time_s(self) -> float:
+        """Seconds of the whole run, resumed parts included."""
+        return self.earlier_wall_time_s + self.elapsed_s
+
+    def has_time_for(self, seconds: float) -> bool:
+        """Whether `seconds` more fit in this command's budget."""
+        return self.max_s <= 0 or self.elapsed_s + seconds <= self.max_s
+
+
+def stage2_config_of_run(args: TrainArgs) -> Stage2Config:
+    """Check args.output_dir; the saved Stage 2 config when resuming, else the command line's.
+
+    Raises:
+        FileExistsError: A fresh run into a folder that holds one (nothing is overwritten).
+        FileNotFoundError: --resume without a run in the folder.
+    """
+    run_dir, results_path = args.output_dir / "run", args.output_dir / "results.json"
+    if not args.resume:
+        if run_dir.exists() or results_path.exists():
+            raise FileExistsError(
+                f"{args.output_dir} holds a run; pass --resume to continue it or choose another "
+                "--output-dir"
+            )
+        return args.stage2
+    for path in (run_dir / CONFIG_FILE, results_path):
+        if not path.is_file():
+            raise FileNotFoundError(f"--resume: {path} is missing; no run to continue there")
+    logger.info("resuming %s with its saved Stage 2 config (--stage2.* ignored)", args.output_dir)
+    return Stage2Config.from_json(run_dir / CONFIG_FILE)
+
+
+def start_or_resume(
+    args: TrainArgs, config: Stage2Config, dims: RLTDims
+) -> tuple[Stage2Learner, RunState, LearningResults]:
+    """A fresh learner and results, or the ones saved in args.output_dir."""
+    run_dir, results_path = args.output_dir / "run", args.output_dir / "results.json"
+    eval_seeds = list(range(args.eval_seed, args.eval_seed + args.num_eval_episodes))
+    if not args.resume:
+        results = LearningResults(eval_seeds=eval_seeds, args=dataclasses.asdict(args))
+        return Stage2Learner(config, dims), RunState(), results
+    learner, extra = resume_run(run_dir)
+    results = LearningResults.load(results_path)
+    if results.eval_seeds != eval_seeds:
+        raise ValueError(
+            f"--eval-seed/--num-eval-episodes give seeds {eval_seeds[0]}..{eval_seeds[-1]}; the "
+            f"run was evaluated on {results.eval_seeds[0]}..{results.eval_seeds[-1]}: pass those"
+        )
+    return learner, RunState(**extra), results
+
+
+class Stage2Run:
+    """One training command: the workers, the learner and the run's records."""
+
+    def __init__(
+        self,
+        args: TrainArgs,
+        envs: FeaturizedVectorEnv,
+        learner: Stage2Learner,
+        state: RunState,
+        results: LearningResults,
+        log: ScalarLog,
+        started_s: float,
+    ) -> None:
+        """Hold the pieces of one command; `run()` trains."""
+        self.args, self.envs, self.learner, self.log = args, envs, learner, log
+        self.state, self.results = state, results
+        self.clock = WallClock(args.max_minutes, state.wall_time_s, started_s)
+        self.chunk_stats, self.episode_stats = ChunkStats(), EpisodeStats(args.num_envs)
+        self.diagnostics = RolloutDiagnostics(args.num_envs)
+        self.actor_ready = learner.ready_for_online
+        self.iteration = 0
+        self.obs: dict[str, np.ndarray] = {}
+        self.actions = np.zeros(envs.action_space.shape, np.float32)
+        self.steps_at_log, self.time_at_log = state.env_steps, time.monotonic()  # env steps/s
+
+    def run(self) -> LearningResults:
+        """Train until total_env_steps or the time budget; evaluate and save at the end."""
+        if self.results.base_success_rate is None:
+            self.measure_base_policy()
+        self.checkpoint()
+        self.obs = self.start_training_episodes()
+        with tqdm(total=self.args.total_env_steps, initial=self.state.env_steps) as progress:
+            while self.state.env_steps < self.args.total_env_steps and self.time_left_for(1):
+                progress.update(self.collect_and_learn())
+                if self.evaluation_due() and self.time_left_for(2):
+                    self.evaluate_actor()
+                    self.checkpoint()
+                    self.obs = self.start_training_episodes()
+                elif self.save_due():
+                    self.checkpoint()
+        if self.state.last_eval_env_steps != self.state.env_steps:
+            self.evaluate_actor()
+        finished = self.state.env_steps >= self.args.total_env_steps
+        self.results.stop_reason = "total_env_steps" if finished else "max_minutes"
+        self.checkpoint()
+        return self.results
+
+    def time_left_for(self, evaluations: int) -> bool:
+        """Whether the budget still has room for `evaluations` evaluations and a save."""
+        # An evaluation is expected to take about as long as the latest one did.
+        needed_s = evaluations * 1.25 * self.state.eval_wall_time_s + SAVE_RESERVE_S
+        return self.clock.has_time_for(needed_s)
+
+    def collect_and_learn(self) -> int:
+        """One chunk in every worker while the learner updates; returns the simulator steps."""
+        self.actions = self.learner.act(self.obs)
+        self.envs.step_async(self.actions)
+        train_scalars = self.learner.train_step()  # runs while the workers simulate
+        next_obs, _, terminated, truncated, infos = self.envs.step_wait()
+        steps = self.store_transitions(next_obs, infos, terminated, truncated)
+        self.state.env_steps += steps
+        done = terminated | truncated
+        self.obs = self.restart_finished(done) if done.any() else next_obs
+        if self.learner.ready_for_online != self.actor_ready:
+            self.actor_ready = self.learner.ready_for_online
+            self.envs.set_attr("actor_ready", self.actor_ready)
+            logger.info("env step %d: the actor drives the critical phase", self.state.env_steps)
+        self.iteration += 1
+        self.write_scalars(train_scalars)
+        return steps
+
+    def store_transitions(
+        self, next_obs: dict, infos: dict, terminated: np.ndarray, truncated: np.ndarray
+    ) -> int:
+        """Store the critical-phase chunks of one vector step; returns its simulator steps."""
+        config, env_steps = self.learner.config, 0
+        items = vector_step_items(self.obs, next_obs, infos, terminated, truncated)
+        for env_index, (obs, env_next_obs, info, ended, cut) in enumerate(items):
+            info = unpad_chunk_info(info)
+            transition = build_transition(
+                obs, env_next_obs, info, ended, cut, config.chunk_len,
+                config.truncation_ends_bootstrap,
+            )  # fmt: skip
+            self.learner.add_transitions([transition])
+            self.chunk_stats.record(info, transition)
+            self.episode_stats.record(env_index, info, ended or cut)
+            q_value = self.learner.q_value(transition) if transition is not None else None
+            self.diagnostics.record(
+                env_index, info, obs, self.actions[env_index], q_value, ended or cut
+            )
+            env_steps += int(info["chunk_len"])
+        return env_steps
+
+    def restart_finished(self, done: np.ndarray) -> dict[str, np.ndarray]:
+        """Start new training episodes where `done`; returns the batched observations."""
+        return reset_envs(
+            self.envs, done, self.state.next_seeds(int(done.sum()), self.args.train_seed)
+        )
+
+    def start_training_episodes(self) -> dict[str, np.ndarray]:
+        """Reset every worker with fresh training seeds and the training drivers."""
+        self.envs.set_attr("actor_ready", self.learner.ready_for_online)
+        self.envs.set_attr("expert_takeover_enabled", self.args.env.expert_takeover)
+        seeds = self.state.next_seeds(self.args.num_envs, self.args.train_seed)
+        self.steps_at_log, self.time_at_log = self.state.env_steps, time.monotonic()
+        self.diagnostics.abandon_episodes()
+        return reset_envs(self.envs, np.ones(self.args.num_envs, bool), seeds)
+
+    def write_scalars(self, train_scalars: dict[str, float]) -> None:
+        """Learner scalars when it updated; all scalars every log_every_iterations."""
+        step = self.state.env_steps
+        rollout_due = self.iteration % self.args.log_every_iterations == 0
+        if rollout_due or train_scalars.get("train/rlt/critic_updates_run", 0.0) > 0:
+            self.log.write(train_scalars, step=step)
+        if not rollout_due:
+            return
+        now = time.monotonic()
+        speed = (step - self.steps_at_log) / max(now - self.time_at_log, 1e-9)
+        self.steps_at_log, self.time_at_log = step, now
+        rollout = self.chunk_stats.scalars() | self.episode_stats.scalars()
+        rollout |= self.diagnostics.scalars() | self.learner.replay_scalars()
+        self.log.write(rollout | {"train/env_steps_per_s": speed}, step=step)
+
+    def evaluation_due(self) -> bool:
+        """Whether eval_every_env_steps passed since the last evaluation."""
+        since_eval = self.state.env_steps - max(self.state.last_eval_env_steps, 0)
+        return since_eval >= self.args.eval_every_env_steps
+
+    def save_due(self) -> bool:
+        """Whether save_every_env_steps passed since the last checkpoint."""
+        since_save = self.state.env_steps - self.state.last_save_env_steps
+        return since_save >= self.args.save_every_env_steps
+
+    def evaluate(self, actor_ready: bool) -> EvalResult:
+        """One episode per held-out seed; the actor's mean chunk where it drives."""
+        args = self.args
+        result = evaluate_on_seeds(
+            self.envs,
+            range(args.eval_seed, args.eval_seed + args.num_eval_episodes),
+            act=lambda obs: self.learner.act(obs, deterministic=True),
+            actor_ready=actor_ready,
+            progress_label="eval actor" if actor_ready else "eval base policy",
+        )
+        self.results.eval_env_steps += result.env_steps
+        self.state.eval_wall_time_s = result.wall_time_s
+        return result
+
+    def measure_base_policy(self) -> None:
+        """Base policy success on the held-out seeds (reference chunks only; once per run)."""
+        base = self.evaluate(actor_ready=False)
+        self.results.base_success_rate = base.success_rate
+        self.results.base_successful_seeds = base.successful_seeds
+        self.results.base_median_success_len = base.median_success_len
+        scalars = {"eval/base_success_once": base.success_rate} | base.scalars
+        self.log.write(scalars, step=self.state.env_steps)
+        logger.info("base policy success %.3f (%.0f s)", base.success_rate, base.wall_time_s)
+
+    def evaluate_actor(self) -> None:
+        """Evaluate the actor and add the point to the curve."""
+        result = self.evaluate(actor_ready=True)
+        self.results.add_eval(
+            EvalPoint(
+                env_steps=self.state.env_steps,
+                success_rate=result.success_rate,
+                updates=self.learner.update_step,
+                wall_time_s=self.clock.run_wall_time_s,
+                successful_seeds=result.successful_seeds,
+                median_success_len=result.median_success_len,
+            )
+        )
+        self.state.last_eval_env_steps = self.state.env_steps
+        self.episode_stats = EpisodeStats(self.args.num_envs)  # its episodes were abandoned
+        self.log.write(result.scalars, step=self.state.env_steps)
+        logger.info(
+            "env step %d: actor success %.3f (base %.3f)",
+            self.state.env_steps, result.success_rate, self.results.base_success_rate,
+        )  # fmt: skip
+
+    def checkpoint(self) -> None:
+        """Save the run, results.json and the plot (consistent with each other)."""
+        state, results, learner = self.state, self.results, self.learner
+        state.wall_time_s = self.clock.run_wall_time_s
+        state.last_save_env_steps = state.env_steps
+        save_run(learner, self.args.output_dir / "run", extra=dataclasses.asdict(state))
+        results.env_steps, results.wall_time_s = state.env_steps, state.wall_time_s
+        results.transitions, results.updates = learner.replay.total_added, learner.update_step
+        results.save(self.args.output_dir / "results.json")
+        results.plot(self.args.output_dir / "success_curve.png")
+
+
+def train(args: TrainArgs) -> LearningResults:
+    """Run (or resume) the training; returns the results also written to results.json.
+
+    Raises:
+        ValueError: When the training seeds overlap the held-out seeds.
+    """
+    started_s = time.monotonic()  # the budget and the wall time include the workers' start
+    if args.eval_seed + args.num_eval_episodes > args.train_seed:
+        raise ValueError(
+            f"--train-seed {args.train_seed} must exceed the held-out seeds "
+            f"{args.eval_seed}..{args.eval_seed + args.num_eval_episodes - 1}"
+        )
+    config = stage2_config_of_run(args)
+    env_config = dataclasses.replace(args.env, chunk_len=config.chunk_len)
+    envs = make_rlt_vector_env(env_config, args.num_envs, args.worker_torch_threads)
+    try:
+        dims = RLTDims.from_observation_space(envs.single_observation_space)
+        learner, state, results = start_or_resume(args, config, dims)
+        with ScalarLog(args.output_dir / "tensorboard") as log:
+            return Stage2Run(args, envs, learner, state, results, log, started_s).run()
+    finally:
+        envs.close()
+
+
+# DESIGN.md §4's schedule assumes ~1M env steps of data: learning starts at 10000 stored
+# transitions and the actor acts after 30000 updates. The peg task yields a few thousand
+# critical-phase transitions per 100k env steps, so the sample-efficient preset starts
+# learning after 1000 transitions, lets the actor act after 3000 updates and runs its weight
+# schedule over 2000 + 5000 updates, with 2 updates per new transition (reference: 1).
+SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
+    learning_starts=1000,
+    warmup_updates=3000,
+    weight_warmup_updates=2000,
+    weight_ramp_updates=5000,
+    update_epoch=10,
+)
+PRESETS = {
+    "reference": (
+        "DESIGN.md §4 exactly: learning starts at 10000 transitions, the actor acts after "
+        "30000 updates (runs of ~1M env steps)",
+        TrainArgs(),
+    ),
+    "sample-efficient": (
+        "the schedule scaled to a 300k env-step budget (learning after 1000 transitions, "
+        "the actor after 3000 updates), 2 updates per transition",
+        TrainArgs(stage2=SAMPLE_EFFICIENT_STAGE2),
+    ),
+}
+
+
+def main() -> None:
+    """Entry point of `rpent-stage2`: a preset, then any flag to override it."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = tyro.extras.overridable_config_cli(PRESETS)
+    try:
+        results = train(args)
+    except (FileExistsError, FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"rpent-stage2: {error}") from error
+    gain = results.gain_points
+    print(
+        f"base {results.base_success_rate:.3f} -> actor {results.final_success_rate:.3f} "
+        f"({gain:+.1f} points) after {results.env_steps} env steps, "
+        f"{results.wall_time_s / 60:.1f} min; {results.stop_reason}"
+    )
+
+
+if __name__ == "__main__":
+    main()
