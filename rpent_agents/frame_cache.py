@@ -18,21 +18,24 @@ from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 IMAGE_KEYS = ("image", "wrist_image")
-ARRAY_KEYS = (*IMAGE_KEYS, "state", "actions", "episode_index", "task_index")
+STEP_KEYS = ("state", "actions", "episode_index", "task_index")
+ARRAY_KEYS = (*IMAGE_KEYS, *STEP_KEYS, "image_step")
 
 
 @dataclass
 class FrameCache:
-    """Every frame of a dataset as arrays.
+    """Every step of a dataset as arrays; camera images for every step or for some of them.
 
     Attributes:
-        image: (N, H, W, 3) uint8 third-person camera.
-        wrist_image: (N, H, W, 3) uint8 wrist camera.
-        state: (N, S) float32.
+        image: (M, H, W, 3) uint8 third-person camera, one row per image frame.
+        wrist_image: (M, H, W, 3) uint8 wrist camera.
+        state: (N, S) float32, one row per step.
         actions: (N, A) float32, env action units.
-        episode_index: (N,) int64; frames of one episode are contiguous and in order.
+        episode_index: (N,) int64; steps of one episode are contiguous and in order.
         task_index: (N,) int64 index into `tasks`.
         tasks: The instructions.
+        image_step: (M,) int64, the step each image frame belongs to; None: every step has
+            its images (M = N).
     """
 
     image: np.ndarray
@@ -42,6 +45,21 @@ class FrameCache:
     episode_index: np.ndarray
     task_index: np.ndarray
     tasks: list[str]
+    image_step: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        """Check that the image frames and the steps fit together."""
+        if self.image_step is None:
+            self.image_step = np.arange(len(self.state), dtype=np.int64)
+        self.image_step = np.asarray(self.image_step, dtype=np.int64)
+        images = len(self.image)
+        if len(self.wrist_image) != images or len(self.image_step) != images:
+            raise ValueError(
+                f"frame cache: {images} images, {len(self.wrist_image)} wrist images and "
+                f"{len(self.image_step)} image_step entries must be as many"
+            )
+        if images and (self.image_step.min() < 0 or self.image_step.max() >= len(self.state)):
+            raise ValueError(f"frame cache: image_step must index the {len(self.state)} steps")
 
     def __len__(self) -> int:
         return len(self.state)
@@ -57,23 +75,24 @@ class FrameCache:
 
     @classmethod
     def load(cls, path: Path) -> FrameCache:
-        """Read a cache written by `save`.
+        """Read a cache written by `save` (caches without `image_step` have every image).
 
         Raises:
             KeyError: When the file lacks one of the arrays (not a frame cache).
         """
         with np.load(Path(path)) as data:
-            missing = [key for key in (*ARRAY_KEYS, "tasks") if key not in data]
+            required = (*IMAGE_KEYS, *STEP_KEYS, "tasks")
+            missing = [key for key in required if key not in data]
             if missing:
                 raise KeyError(f"{path} is not a frame cache: arrays {missing} are missing")
-            arrays = {key: data[key] for key in ARRAY_KEYS}
+            arrays = {key: data[key] for key in ARRAY_KEYS if key in data}
             tasks = [str(task) for task in data["tasks"]]
         return cls(tasks=tasks, **arrays)
 
     def chunk_targets(self, chunk_len: int) -> tuple[np.ndarray, np.ndarray]:
-        """Frame indices (N, H) of each frame's next `chunk_len` actions, and their validity.
+        """Step indices (N, H) of each step's next `chunk_len` actions, and their validity.
 
-        Steps past the end of an episode repeat the episode's last frame and are invalid.
+        Steps past the end of an episode repeat the episode's last step and are invalid.
         """
         starts = np.arange(len(self))[:, None] + np.arange(chunk_len)[None]
         last = np.zeros(len(self), dtype=np.int64)
@@ -101,7 +120,7 @@ def cache_from_lerobot(dataset_dir: Path) -> FrameCache:
     if not (dataset_dir / "meta" / "info.json").is_file():
         raise FileNotFoundError(f"{dataset_dir} has no meta/info.json; not a LeRobot dataset")
     dataset = LeRobotDataset(f"local/{dataset_dir.name}", root=dataset_dir)
-    columns: dict[str, list[np.ndarray]] = {key: [] for key in ARRAY_KEYS}
+    columns: dict[str, list[np.ndarray]] = {key: [] for key in (*IMAGE_KEYS, *STEP_KEYS)}
     tasks: list[str] = []
     for index in tqdm(range(len(dataset)), desc="reading frames"):
         frame = dataset[index]

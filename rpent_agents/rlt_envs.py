@@ -30,6 +30,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from rpent_agents.devices import resolve_device
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
 from rpent_envs import FRANKA_ID, PEG_INSERTION_ID
 from rpent_envs.franka.env import ACTION_DIM as FRANKA_ACTION_DIM
@@ -41,15 +42,6 @@ from wrappers.triggers import AutoGate, KeyboardTrigger, SwitchTrigger, TriggerM
 
 logger = logging.getLogger(__name__)
 RenderBackend = Literal["auto", "cpu", "gpu"]
-
-
-def resolve_torch_device(device: str) -> str:
-    """`"auto"` -> "cuda" when a CUDA GPU is visible, else "cpu"; anything else as given."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass
@@ -68,6 +60,10 @@ class PegRLTConfig:
     """AutoGate mode; "always_on" hands every chunk to the agent (smoke tests)."""
     expert_takeover: bool = False
     """Let the scripted expert take over stalled critical phases (training only)."""
+    takeover_window: Literal["critical-phase", "reference"] = "critical-phase"
+    """Which stalls the expert takes over: any in the critical phase, or only those inside
+    the reference's window (x >= -0.10 m, |y|, |z| <= 2 hole radii, grasped), which misses
+    most stalls of this task (bench/RESULTS.md, issue 13 diagnosis)."""
     max_episode_chunks: int | None = None
     """Truncate episodes after this many chunks (steps of the composite env); None: the peg
     env's 500-step limit alone."""
@@ -108,7 +104,10 @@ class PegRLTConfig:
             return None
         from rpent_envs.maniskill.expert import PegInsertionExpert  # imports the simulator
 
-        return ExpertTakeover(PegInsertionExpert(peg_env))
+        expert = PegInsertionExpert(peg_env)
+        if self.takeover_window == "reference":
+            return ExpertTakeover(expert)
+        return ExpertTakeover.whole_critical_phase(expert)
 
     def limit_chunks(self, env: gym.Env) -> gym.Env:
         """`env` under the chunk limit (unchanged when there is none)."""
@@ -135,7 +134,7 @@ def make_peg_rlt(
     """
     config = config or PegRLTConfig()
     peg_env = config.make_peg_env()
-    featurizer = load_featurizer(config.checkpoint_dir, resolve_torch_device(config.feature_device))
+    featurizer = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
     featurized = RLTObservation(peg_env, featurizer, chunk_len=config.chunk_len)
     switch = PolicySwitch(
         featurized,
@@ -177,7 +176,7 @@ def _franka_feature_model(
                 f"the built-in feature model reads image and wrist_image: pass {camera}= "
                 "('realsense' or a camera object)"
             )
-    return load_featurizer(Path(checkpoint), resolve_torch_device(device))
+    return load_featurizer(Path(checkpoint), resolve_device(device))
 
 
 def make_franka_rlt(

@@ -34,8 +34,9 @@ import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
+from rpent_agents.devices import resolve_device
 from rpent_agents.features.checkpoint import load_featurizer
-from rpent_agents.rlt_envs import PegRLTConfig, resolve_torch_device
+from rpent_agents.rlt_envs import PegRLTConfig
 from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTFeatureSource, rlt_observation_space, rlt_observations
 from wrappers.takeover import ExpertTakeover
@@ -313,9 +314,7 @@ def make_rlt_vector_env(
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    feature_model = load_featurizer(
-        config.checkpoint_dir, resolve_torch_device(config.feature_device)
-    )
+    feature_model = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
     workers = AsyncVectorEnv(
         [RLTWorkerFactory(config, worker_torch_threads)] * num_envs,
         context="forkserver",

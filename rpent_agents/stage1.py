@@ -27,6 +27,7 @@ import torch
 import tyro
 from tqdm import tqdm
 
+from rpent_agents.devices import resolve_device
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import load_checkpoint, save_checkpoint
 from rpent_agents.features.norm import NormStats
@@ -59,19 +60,34 @@ class TrainArgs:
     """Optimizer steps in total (a resumed run continues up to this count)."""
     batch_size: int = 64
     learning_rate: float = 3e-4
+    """Peak learning rate (after the warm-up)."""
+    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    """"cosine": decay to 0 over the run (its progress: steps done, or the time budget used,
+    whichever is further); "constant": no decay."""
+    warmup_steps: int = 200
+    """Steps of linear learning-rate warm-up."""
     weight_decay: float = 1e-4
     rlt_alpha: float = 1.0
     """Weight of the VLA loss in `rlt_loss + rlt_alpha * vla_loss`."""
-    vla: BuiltinVLAConfig = field(default_factory=BuiltinVLAConfig)
+    vla: BuiltinVLAConfig = field(
+        default_factory=lambda: BuiltinVLAConfig(
+            image_size=128, patch_size=16, image_encoder="conv", binarize_gripper=True
+        )
+    )
+    """The VLA's shape (defaults: the recipe of the embedded checkpoint)."""
     rl_token: RLTokenConfig = field(default_factory=lambda: RLTokenConfig(prefix_seq_len=256))
     """RL-token options; `dim` is always set to the VLA's `dim`."""
     image_shift_px: int = 4
     """Random-shift augmentation: images move by up to this many pixels (0: off)."""
     val_episodes: int = 2
     """Last episodes held out for `val/chunk_mse` (0: no validation)."""
+    keep_best_val: bool = True
+    """The checkpoint files hold the weights of the lowest `val/chunk_mse` seen (checked every
+    log_every steps); the training state for --resume always holds the latest."""
     log_every: int = 50
     save_every: int = 500
-    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    device: str = "auto"
+    """Torch device ("auto": cuda when available, else cpu)."""
     seed: int = 0
     resume: bool = False
     """Continue from `output_dir/training_state.pt` instead of refusing an existing folder."""
@@ -98,13 +114,13 @@ class DemoSampler:
     """Random batches of (observation, instruction, target chunk) from a frame cache."""
 
     def __init__(self, cache: FrameCache, vla: BuiltinVLA, frames: np.ndarray, device: str):
-        """Keep the `frames` rows of `cache` on `device`; chunks follow `vla.chunk_len`."""
+        """Keep the image frames `frames` of `cache` on `device`; chunks follow `vla.chunk_len`."""
         chunk_index, chunk_valid = cache.chunk_targets(vla.chunk_len)
         self.frames = torch.from_numpy(frames)
         self.device = device
         self.columns = {
             key: torch.from_numpy(getattr(cache, key)).to(device)
-            for key in (*IMAGE_KEYS, "state", "actions")
+            for key in (*IMAGE_KEYS, "state", "actions", "image_step")
         }
         self.chunk_index = torch.from_numpy(chunk_index).to(device)
         self.chunk_valid = torch.from_numpy(chunk_valid).to(device)
@@ -116,17 +132,17 @@ class DemoSampler:
         )
 
     def batch(self, rows: torch.Tensor, image_shift_px: int = 0) -> TrainingBatch:
-        """The batch of cache rows `rows` (images shifted at random by up to the given pixels)."""
+        """The batch of image frames `rows` (images shifted at random by up to the given px)."""
         rows = rows.to(self.device)
-        inputs = {key: self.columns[key][rows] for key in (*IMAGE_KEYS, "state")}
-        for key in IMAGE_KEYS:
-            inputs[key] = random_shift(inputs[key], image_shift_px)
+        steps = self.columns["image_step"][rows]
+        inputs = {key: random_shift(self.columns[key][rows], image_shift_px) for key in IMAGE_KEYS}
+        inputs["state"] = self.columns["state"][steps]
         return TrainingBatch(
             inputs=inputs,
-            text_ids=self.text_ids[rows],
-            text_mask=self.text_mask[rows],
-            chunk=self.columns["actions"][self.chunk_index[rows]],
-            chunk_valid=self.chunk_valid[rows],
+            text_ids=self.text_ids[steps],
+            text_mask=self.text_mask[steps],
+            chunk=self.columns["actions"][self.chunk_index[steps]],
+            chunk_valid=self.chunk_valid[steps],
         )
 
     def random_batch(self, batch_size: int, image_shift_px: int) -> TrainingBatch:
@@ -175,13 +191,14 @@ def validation_chunk_mse(vla: BuiltinVLA, sampler: DemoSampler, max_frames: int 
 
 
 def split_frames(cache: FrameCache, val_episodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices of training frames and of the last `val_episodes` episodes."""
+    """Image frames of the training episodes and of the last `val_episodes` episodes."""
     episodes = np.unique(cache.episode_index)
     if val_episodes >= len(episodes):
         raise ValueError(
             f"val_episodes={val_episodes} leaves no training data ({len(episodes)} episodes)"
         )
-    held_out = np.isin(cache.episode_index, episodes[len(episodes) - val_episodes :])
+    frame_episode = cache.episode_index[cache.image_step]
+    held_out = np.isin(frame_episode, episodes[len(episodes) - val_episodes :])
     return np.flatnonzero(~held_out), np.flatnonzero(held_out)
 
 
@@ -221,25 +238,53 @@ class SummaryLog:
             self.writer.flush()
 
 
-def _save(
+def _save_training_state(
     args: TrainArgs,
     vla: BuiltinVLA,
     rl_token: RLToken,
     optimizer: torch.optim.Optimizer,
     step: int,
+    best_val_chunk_mse: float,
 ) -> None:
-    """Write the checkpoint, and the full-precision state that `--resume` continues from."""
-    metadata = {"step": step, "data": Path(args.data).name, "rlt_alpha": args.rlt_alpha}
-    dtype = getattr(torch, args.weights_dtype)
-    save_checkpoint(args.output_dir, vla, rl_token, metadata, weights_dtype=dtype)
+    """Write the full-precision state that `--resume` continues from."""
     state = {
         "step": step,
         "vla": vla.state_dict(),
         "rl_token": rl_token.state_dict(),
         "optimizer": optimizer.state_dict(),
         "rng": torch.get_rng_state(),
+        "best_val_chunk_mse": best_val_chunk_mse,
     }
     torch.save(state, args.output_dir / TRAINING_STATE_FILE)
+
+
+def _save_checkpoint(
+    args: TrainArgs, vla: BuiltinVLA, rl_token: RLToken, step: int, val_chunk_mse: float | None
+) -> None:
+    """Write the checkpoint files (the weights Stage 2 and the envs load)."""
+    metadata = {
+        "step": step,
+        "data": Path(args.data).name,
+        "rlt_alpha": args.rlt_alpha,
+        "val_chunk_mse": val_chunk_mse,
+    }
+    dtype = getattr(torch, args.weights_dtype)
+    save_checkpoint(args.output_dir, vla, rl_token, metadata, weights_dtype=dtype)
+
+
+def learning_rate_factor(args: TrainArgs, step: int, time_fraction: float) -> float:
+    """Multiplier of the peak learning rate at `step` (warm-up, then the schedule).
+
+    Args:
+        args: The run's arguments.
+        step: The optimizer step about to run (1-based).
+        time_fraction: Share of the --max-minutes budget used (0 without a budget).
+    """
+    warmup = min(1.0, step / max(args.warmup_steps, 1))
+    if args.lr_schedule == "constant":
+        return warmup
+    progress = min(1.0, max(step / args.steps, time_fraction))
+    return warmup * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def _is_resuming(args: TrainArgs) -> bool:
@@ -262,6 +307,100 @@ def _resumed_models(args: TrainArgs) -> tuple[BuiltinVLA, RLToken, dict]:
     return vla, rl_token, state
 
 
+class Stage1Trainer:
+    """Models, optimizer and data of one Stage 1 run; `run()` trains."""
+
+    def __init__(self, args: TrainArgs) -> None:
+        """Load the data and build (or resume) the models and the optimizer."""
+        self.args = args
+        self.device = resolve_device(args.device)
+        cache = load_frames(args.data)
+        resuming = _is_resuming(args)
+        vla, rl_token, state = (
+            _resumed_models(args) if resuming else (*build_models(args, cache), {})
+        )
+        self.vla, self.rl_token = vla.to(self.device).train(), rl_token.to(self.device).train()
+        self.parameters = [*self.vla.parameters(), *self.rl_token.parameters()]
+        self.optimizer = torch.optim.AdamW(
+            self.parameters, lr=args.learning_rate, weight_decay=args.weight_decay
+        )
+        train_rows, val_rows = split_frames(cache, args.val_episodes)
+        self.sampler = DemoSampler(cache, self.vla, train_rows, self.device)
+        self.val_sampler = (
+            DemoSampler(cache, self.vla, val_rows, self.device) if len(val_rows) else None
+        )
+        self.start_step = int(state.get("step", 0))
+        self.best_val = float(state.get("best_val_chunk_mse", math.inf))
+        if resuming:
+            self.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"])
+        use_amp = args.amp and self.device.type == "cuda"
+        self.autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
+        )
+
+    def train_step(self, step: int, time_fraction: float) -> dict[str, torch.Tensor]:
+        """One optimizer step on a random batch; returns its losses."""
+        args = self.args
+        for group in self.optimizer.param_groups:
+            group["lr"] = args.learning_rate * learning_rate_factor(args, step, time_fraction)
+        batch = self.sampler.random_batch(args.batch_size, args.image_shift_px)
+        with self.autocast:
+            losses = stage1_losses(self.vla, self.rl_token, batch, args.rlt_alpha)
+        self.optimizer.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(self.parameters, 1.0)
+        self.optimizer.step()
+        return losses
+
+    def validate(self, step: int) -> float | None:
+        """`val/chunk_mse` now; with keep_best_val, a new best is saved as the checkpoint."""
+        if self.val_sampler is None:
+            return None
+        val = validation_chunk_mse(self.vla, self.val_sampler)
+        if self.args.keep_best_val and val < self.best_val:
+            self.best_val = val
+            _save_checkpoint(self.args, self.vla, self.rl_token, step, val)
+        return val
+
+    def run(self) -> Path:
+        """Train up to args.steps or the time budget; returns the checkpoint folder."""
+        args = self.args
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        log = SummaryLog(args.output_dir / "tensorboard")
+        budget_s = args.max_minutes * 60
+        started_s = time.monotonic()
+        last_val = None
+        steps = range(self.start_step + 1, args.steps + 1)
+        for step in tqdm(steps, desc="stage 1", initial=self.start_step, total=args.steps):
+            elapsed_s = time.monotonic() - started_s
+            losses = self.train_step(step, elapsed_s / budget_s if budget_s > 0 else 0.0)
+            out_of_time = budget_s > 0 and elapsed_s > budget_s
+            if step % args.log_every == 0 or step == args.steps or out_of_time:
+                scalars = {f"train/{name}": value.item() for name, value in losses.items()}
+                last_val = self.validate(step)
+                if last_val is not None:
+                    scalars["val/chunk_mse"] = last_val
+                scalars["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]
+                log.scalars(scalars, step)
+            if step % args.save_every == 0 or step == args.steps or out_of_time:
+                self.save(step, last_val)
+            if out_of_time:
+                logger.info(
+                    "stopped at step %d: --max-minutes %.1f reached", step, args.max_minutes
+                )
+                break
+        return args.output_dir
+
+    def save(self, step: int, val_chunk_mse: float | None) -> None:
+        """The resume state; the checkpoint too unless keep_best_val picks it by validation."""
+        if not (self.args.keep_best_val and self.val_sampler is not None):
+            _save_checkpoint(self.args, self.vla, self.rl_token, step, val_chunk_mse)
+        _save_training_state(
+            self.args, self.vla, self.rl_token, self.optimizer, step, self.best_val
+        )
+
+
 def train(args: TrainArgs) -> Path:
     """Run Stage 1 and return the checkpoint folder.
 
@@ -269,48 +408,7 @@ def train(args: TrainArgs) -> Path:
         FileExistsError: When `output_dir` exists and `resume` is off.
     """
     torch.manual_seed(args.seed)
-    cache = load_frames(args.data)
-    resuming = _is_resuming(args)
-    vla, rl_token, state = _resumed_models(args) if resuming else (*build_models(args, cache), {})
-    vla, rl_token = vla.to(args.device).train(), rl_token.to(args.device).train()
-    parameters = [*vla.parameters(), *rl_token.parameters()]
-    optimizer = torch.optim.AdamW(parameters, lr=args.learning_rate, weight_decay=args.weight_decay)
-    train_rows, val_rows = split_frames(cache, args.val_episodes)
-    sampler = DemoSampler(cache, vla, train_rows, args.device)
-    val_sampler = DemoSampler(cache, vla, val_rows, args.device) if len(val_rows) else None
-    start_step = int(state.get("step", 0))
-    if resuming:
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    log = SummaryLog(args.output_dir / "tensorboard")
-    use_amp = args.amp and torch.device(args.device).type == "cuda"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
-    deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes > 0 else math.inf
-    for step in tqdm(range(start_step + 1, args.steps + 1), desc="stage 1", initial=start_step):
-        with autocast:
-            losses = stage1_losses(
-                vla,
-                rl_token,
-                sampler.random_batch(args.batch_size, args.image_shift_px),
-                args.rlt_alpha,
-            )
-        optimizer.zero_grad(set_to_none=True)
-        losses["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-        optimizer.step()
-        if step % args.log_every == 0 or step == args.steps:
-            scalars = {f"train/{name}": value.item() for name, value in losses.items()}
-            if val_sampler is not None:
-                scalars["val/chunk_mse"] = validation_chunk_mse(vla, val_sampler)
-            log.scalars(scalars, step)
-        out_of_time = time.monotonic() > deadline
-        if step % args.save_every == 0 or step == args.steps or out_of_time:
-            _save(args, vla, rl_token, optimizer, step)
-        if out_of_time:
-            logger.info("stopped at step %d: --max-minutes %.1f reached", step, args.max_minutes)
-            break
-    return args.output_dir
+    return Stage1Trainer(args).run()
 
 
 def export_cache(args: ExportCacheArgs) -> Path:

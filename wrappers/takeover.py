@@ -53,7 +53,9 @@ class ExpertTakeover:
 
     A chunk is eligible when the actor's critical phase is on, the peg has been grasped for at
     least `min_grasp_steps` steps (with `require_grasp`), the task is not solved and the peg head
-    is near the hole (x >= `near_hole_x_min`, |y|, |z| <= `near_hole_yz_margin` x radius). The
+    is near the hole (x >= `near_hole_x_min`, |y|, |z| <= `near_hole_yz_margin` x radius; a
+    window bound of None is no bound). `ExpertTakeover.whole_critical_phase(expert)` makes
+    every stalled chunk of the critical phase eligible (no window, no grasp needed). The
     first eligible chunk records the best progress; every later one makes progress when its
     head x beats the best by `min_x_progress_m`, its yz distance sqrt(y^2 + z^2) by
     `min_yz_progress_m`, or its score x - `progress_yz_weight` x yz by `min_score_progress_m`.
@@ -70,8 +72,8 @@ class ExpertTakeover:
         self,
         expert: Any,
         *,
-        near_hole_x_min: float = -0.10,
-        near_hole_yz_margin: float = 2.0,
+        near_hole_x_min: float | None = -0.10,
+        near_hole_yz_margin: float | None = 2.0,
         stuck_chunks_before_takeover: int = 3,
         min_x_progress_m: float = 0.003,
         min_yz_progress_m: float = 0.0015,
@@ -85,8 +87,10 @@ class ExpertTakeover:
         Args:
             expert: Object with `act()` -> action (reads its own state, e.g. the scripted peg
                 expert) or a step policy observation -> action.
-            near_hole_x_min: Smallest peg-head x in the hole frame (m) for eligibility.
-            near_hole_yz_margin: Largest |y| and |z| of the peg head, in hole radii.
+            near_hole_x_min: Smallest peg-head x in the hole frame (m) for eligibility
+                (None: no bound).
+            near_hole_yz_margin: Largest |y| and |z| of the peg head, in hole radii (None: no
+                bound).
             stuck_chunks_before_takeover: Consecutive stalled chunks that latch the expert.
             min_x_progress_m: Gain in head x over the best that counts as progress.
             min_yz_progress_m: Drop in yz distance below the best that counts as progress.
@@ -107,6 +111,17 @@ class ExpertTakeover:
         self.min_grasp_steps = min_grasp_steps
         self.grasp_streak = GraspStreak()
         self.reset()
+
+    @classmethod
+    def whole_critical_phase(cls, expert: Any, **kwargs: Any) -> ExpertTakeover:
+        """A takeover for every stall of the critical phase, wherever the peg is.
+
+        The reference window (x >= -0.10 m in the hole frame, |y|, |z| <= 2 radii, grasped)
+        misses most stalls of peg insertion: for boxes longer than 0.10 m the face of the box
+        lies below -0.10 m, and a jammed or dropped peg drifts out of the y/z margin.
+        """
+        window = {"near_hole_x_min": None, "near_hole_yz_margin": None, "require_grasp": False}
+        return cls(expert, **(window | kwargs))
 
     def reset(self) -> None:
         """Release the expert and forget progress (a new episode)."""
@@ -152,7 +167,12 @@ class ExpertTakeover:
             return False
         if self.require_grasp and grasp_steps < self.min_grasp_steps:
             return False
-        return signals.near_hole(self.near_hole_x_min, self.near_hole_yz_margin)
+        if self.near_hole_x_min is not None and signals.head_x_m < self.near_hole_x_min:
+            return False
+        if self.near_hole_yz_margin is None:
+            return True
+        yz_limit_m = self.near_hole_yz_margin * signals.hole_radius_m
+        return signals.head_abs_y_m <= yz_limit_m and signals.head_abs_z_m <= yz_limit_m
 
     def _progress_of(self, signals: HoleSignals) -> ProgressRecord:
         yz_distance_m = math.hypot(signals.head_abs_y_m, signals.head_abs_z_m)

@@ -2,8 +2,11 @@
 
 Everything is our own code and trains from scratch (no hub download). The prefix is
 `[image patches, wrist patches, state token, instruction bytes]`: each camera image is resized
-to `image_size` and cut into `patch_size` patches, the state is normalised and projected to one
-token, and the instruction is tokenized by `ByteTokenizer` (UTF-8 bytes). A few pre-LN
+to `image_size` and turned into one token per `patch_size` patch, by a linear patch embedding
+(`image_encoder="patch"`, as a ViT) or by a small strided convolution stack that reaches the
+same grid (`"conv"`: better suited to training from scratch on a few thousand episodes); the
+state is normalised and projected to one token, and the instruction is tokenized by
+`ByteTokenizer` (UTF-8 bytes). A few pre-LN
 transformer layers mix them into prefix hidden states of width `dim`. The action head reads the
 prefix with `chunk_len` action queries and outputs a chunk, either by regression or by flow
 matching as in pi0.5 (`action_head`).
@@ -50,6 +53,11 @@ class BuiltinVLAConfig:
         mlp_ratio: GeGLU hidden width as a multiple of `dim`.
         action_head: "regression" (MSE on the chunk) or "flow" (flow matching as in pi0.5).
         flow_steps: Euler steps when sampling a chunk from the flow head.
+        image_encoder: "patch" (linear patch embedding) or "conv" (strided 3x3 convolutions,
+            one per halving of the resolution, down to the patch grid; `patch_size` must then
+            be a power of two).
+        binarize_gripper: The last action dimension is a binary gripper command (-1 closed,
+            1 open): reference chunks give its sign, never a half-open gripper.
     """
 
     state_dim: int = 9
@@ -65,6 +73,22 @@ class BuiltinVLAConfig:
     mlp_ratio: int = 2
     action_head: Literal["regression", "flow"] = "regression"
     flow_steps: int = 10
+    image_encoder: Literal["patch", "conv"] = "patch"
+    binarize_gripper: bool = False
+
+    def __post_init__(self) -> None:
+        """Reject shapes the encoder cannot build."""
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"BuiltinVLAConfig.image_size {self.image_size} must be a multiple of "
+                f"patch_size {self.patch_size}"
+            )
+        is_power_of_two = self.patch_size & (self.patch_size - 1) == 0
+        if self.image_encoder == "conv" and not (self.patch_size >= 2 and is_power_of_two):
+            raise ValueError(
+                f"BuiltinVLAConfig.patch_size {self.patch_size}: the conv encoder halves the "
+                "resolution per layer, so use a power of two (8, 16, ...)"
+            )
 
     @property
     def patches_per_image(self) -> int:
@@ -94,6 +118,26 @@ class ByteTokenizer:
             encoded = list(text.encode("utf-8"))[: self.max_tokens]
             ids[row, : len(encoded)] = torch.tensor(encoded, dtype=torch.long) + 1
         return ids, ids > 0
+
+
+def conv_patch_encoder(dim: int, patch_size: int, base_channels: int = 32) -> nn.Sequential:
+    """Strided 3x3 convolutions from (B, 3, S, S) to (B, dim, S/patch, S/patch).
+
+    One stride-2 convolution (GroupNorm, GELU) per halving, channels doubling from
+    `base_channels` up to `dim`, then a 1x1 projection to `dim`.
+    """
+    layers: list[nn.Module] = []
+    channels_in = 3
+    for layer in range(int(math.log2(patch_size))):
+        channels_out = min(base_channels * 2**layer, dim)
+        layers += [
+            nn.Conv2d(channels_in, channels_out, 3, stride=2, padding=1),
+            nn.GroupNorm(8, channels_out),
+            nn.GELU(),
+        ]
+        channels_in = channels_out
+    layers.append(nn.Conv2d(channels_in, dim, 1))
+    return nn.Sequential(*layers)
 
 
 class ActionHead(nn.Module):
@@ -158,7 +202,10 @@ class BuiltinVLA(nn.Module):
         self.norm_stats = norm_stats
         self.tokenizer = ByteTokenizer(config.max_text_tokens)
         dim = config.dim
-        self.patch_embed = nn.Conv2d(3, dim, config.patch_size, stride=config.patch_size)
+        if config.image_encoder == "conv":
+            self.patch_embed = conv_patch_encoder(dim, config.patch_size)
+        else:
+            self.patch_embed = nn.Conv2d(3, dim, config.patch_size, stride=config.patch_size)
         self.camera_embed = nn.Parameter(torch.zeros(len(CAMERA_KEYS), dim))
         self.patch_positions = nn.Parameter(sinusoid_table(config.patches_per_image, dim))
         self.state_embed = nn.Linear(config.state_dim, dim)
@@ -256,7 +303,11 @@ class BuiltinVLA(nn.Module):
                 chunk = chunk - step * self.action_head(prefix, pad_mask, chunk, time)
         else:
             chunk = self.action_head(prefix, pad_mask)
-        return chunk * self.action_std + self.action_mean
+        chunk = chunk * self.action_std + self.action_mean
+        if self.config.binarize_gripper:
+            gripper = torch.where(chunk[..., -1:] >= 0, 1.0, -1.0).to(chunk.dtype)
+            chunk = torch.cat([chunk[..., :-1], gripper], dim=-1)
+        return chunk
 
     def featurize(
         self, observations: Sequence[Mapping[str, Any]], instructions: Sequence[str]

@@ -81,6 +81,12 @@ class Stage2Config:
     """BC weight after the ramp."""
     online_q_weight: float = 0.45
     """Q weight after the ramp."""
+    normalize_q: bool = False
+    """Divide the actor's Q term by the batch's mean |Q| (as TD3+BC does), so the Q weight
+    means the same whatever the scale of the returns; off in the reference."""
+    q_scale_floor: float = 0.1
+    """With normalize_q, the smallest mean |Q| divided by (keeps a critic that has not yet
+    seen a reward from amplifying noise)."""
 
     update_schedule: bool = True
     """Use rlt_schedule (budgeted updates, actor gated by ready_for_online); off: update_epoch
@@ -130,6 +136,8 @@ class Stage2Config:
                 "Stage2Config.reference_dropout_prob must lie in [0, 1], "
                 f"got {self.reference_dropout_prob}"
             )
+        if self.q_scale_floor <= 0:
+            raise ValueError(f"Stage2Config.q_scale_floor must be > 0, got {self.q_scale_floor}")
         if self.sample_window < 1:
             raise ValueError(f"Stage2Config.sample_window must be >= 1, got {self.sample_window}")
 

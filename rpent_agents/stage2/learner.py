@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from rpent_agents.devices import resolve_device
 from rpent_agents.stage2 import losses
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
@@ -34,13 +35,6 @@ ACTOR_SCALARS = (
     "actor/bc_human_loss",
     "actor/human_mask_ratio",
 )
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """`"auto"` -> cuda when available, else cpu; anything else as given."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def _adam(module: torch.nn.Module, lr: float, capturable: bool) -> torch.optim.Adam:
@@ -294,7 +288,8 @@ class Stage2Learner:
         )
         q1 = self.critic(batch.obs, actor_chunk)[:, 0]
         bc = losses.bc_terms(actor_chunk, batch.obs.ref_chunk, batch.action, batch.intervened)
-        loss = losses.actor_loss(q1, bc.loss, q_weight, bc_weight)
+        floor = config.q_scale_floor if config.normalize_q else None
+        loss = losses.actor_loss(q1, bc.loss, q_weight, bc_weight, losses.q_scale(q1, floor))
         self._step(self.actor_optimizer, self.actor, loss)
         return {
             "actor/actor_loss": loss.detach(),

@@ -6,7 +6,8 @@ Shapes: B transitions, H steps per chunk, A action dims, Q heads.
 - Critic loss: mean over batch and heads of (Q_j(s, a) - y)^2.
 - BC: per step, the mean squared error over A against the reference action, or against the
   executed action on intervened steps; averaged over B x H.
-- Actor loss: -q_weight * mean Q_1(s, pi(s)) + bc_weight * BC.
+- Actor loss: -q_weight * mean Q_1(s, pi(s)) / q_scale + bc_weight * BC, where q_scale is 1
+  (reference) or the batch's mean |Q_1| floored (`normalize_q`, as TD3+BC).
 """
 
 from __future__ import annotations
@@ -104,14 +105,25 @@ def bc_terms(
     )
 
 
+def q_scale(q1_of_actor: torch.Tensor, floor: float | None) -> torch.Tensor | float:
+    """What the actor's Q term is divided by: 1 (floor None), else max(mean |Q_1|, floor).
+
+    The scale is a constant of the step (no gradient flows through it).
+    """
+    if floor is None:
+        return 1.0
+    return q1_of_actor.detach().abs().mean().clamp(min=floor)
+
+
 def actor_loss(
     q1_of_actor: torch.Tensor,
     bc_loss: torch.Tensor,
     q_weight: float | torch.Tensor,
     bc_weight: float | torch.Tensor,
+    scale: float | torch.Tensor = 1.0,
 ) -> torch.Tensor:
-    """-q_weight * mean Q_1(s, pi(s)) + bc_weight * BC; `q1_of_actor` (B,).
+    """-q_weight * mean Q_1(s, pi(s)) / scale + bc_weight * BC; `q1_of_actor` (B,).
 
     The weights may be 0-dim device tensors (a CUDA graph reads them at replay).
     """
-    return -q_weight * q1_of_actor.mean() + bc_weight * bc_loss
+    return -q_weight * q1_of_actor.mean() / scale + bc_weight * bc_loss

@@ -23,6 +23,7 @@ STATE_DIM = 9
 CONTROL_MODE = "pd_joint_delta_pos"
 ObsMode = Literal["rgb", "state"]
 RenderBackend = Literal["auto", "cpu", "gpu"]
+BaseCameraView = Literal["side", "stock"]
 
 
 def resolve_render_backend(render_backend: RenderBackend) -> str:
@@ -81,6 +82,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         render_mode: str | None = None,
         render_backend: RenderBackend = "auto",
         show_wrist_mount: bool = False,
+        base_camera_view: BaseCameraView = "side",
     ) -> None:
         """Build the ManiSkill scene (CPU physics).
 
@@ -90,6 +92,9 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             render_mode: None or "rgb_array" (a 512x512 third-person view).
             render_backend: SAPIEN render device; "auto" picks "gpu" with CUDA, else "cpu".
             show_wrist_mount: Render the wrist camera's mount mesh (hidden by default).
+            base_camera_view: Pose of the `image` camera: "side" (sees peg, box face and
+                gripper through the insertion) or "stock" (ManiSkill's, hidden by the arm
+                from the grasp on).
         """
         if obs_mode not in ("rgb", "state"):
             raise ValueError(f"obs_mode={obs_mode!r}: use 'rgb' or 'state'")
@@ -111,6 +116,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             render_backend=resolve_render_backend(render_backend),
             sensor_configs=dict(width=image_size, height=image_size),
             show_wrist_mount=show_wrist_mount,
+            base_camera_view=base_camera_view,
         )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
         spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)}

@@ -14,6 +14,7 @@ from mani_skill.envs.tasks.tabletop.peg_insertion_side import (
     PegInsertionSideEnv,
     _build_box_with_hole,
 )
+from mani_skill.sensors.camera import CameraConfig
 from mani_skill.utils import common, sapien_utils
 from mani_skill.utils.registration import register_env
 from mani_skill.utils.scene_builder.table import TableSceneBuilder
@@ -26,6 +27,14 @@ CONTROL_FREQ_HZ = 10
 MAX_EPISODE_STEPS = 500
 GRASP_MAX_ANGLE_DEG = 20
 WRIST_MOUNT_LINK = "camera_link"
+BASE_CAMERA_VIEWS = {
+    # From the side of the table opposite the robot: peg, box face with the hole and gripper
+    # stay in view while the arm carries the peg (the arm is behind them).
+    "side": ([0.45, -0.05, 0.3], [0.0, 0.05, 0.08]),
+    # ManiSkill's PegInsertionSide camera, behind the peg: the arm hides the box from the
+    # grasp to the end of the insertion.
+    "stock": ([0.0, -0.3, 0.2], [0.0, 0.0, 0.1]),
+}
 
 
 @register_env(MANISKILL_TASK_ID, max_episode_steps=MAX_EPISODE_STEPS)
@@ -47,12 +56,24 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
     - The peg head is at least at the box centre minus 0.015 m along the hole axis and within the
       hole radius (peg radius + clearance) across it.
 
+    **Cameras:** `base_camera` looks from the side of the table opposite the robot
+    (`base_camera_view="side"`, the default), or from ManiSkill's stock pose behind the peg
+    (`"stock"`), where the arm hides the box during the whole carry; `hand_camera` is the
+    wrist camera.
+
     Control runs at 10 Hz (stock 20 Hz); ManiSkill's registry limits episodes to 500 steps.
     """
 
     _clearance = HOLE_CLEARANCE_M
 
-    def __init__(self, *args, show_wrist_mount: bool = False, **kwargs) -> None:
+    def __init__(
+        self, *args, show_wrist_mount: bool = False, base_camera_view: str = "side", **kwargs
+    ) -> None:
+        if base_camera_view not in BASE_CAMERA_VIEWS:
+            raise ValueError(
+                f"base_camera_view={base_camera_view!r}: use one of {sorted(BASE_CAMERA_VIEWS)}"
+            )
+        self.base_camera_view = base_camera_view
         self.show_wrist_mount = show_wrist_mount
         self.skip_sensor_data = False
         """While True, observations carry no sensor data (nothing is rendered)."""
@@ -61,6 +82,12 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
     @property
     def _default_sim_config(self) -> SimConfig:
         return SimConfig(sim_freq=100, control_freq=CONTROL_FREQ_HZ)
+
+    @property
+    def _default_sensor_configs(self) -> list[CameraConfig]:
+        eye, target = BASE_CAMERA_VIEWS[self.base_camera_view]
+        pose = sapien_utils.look_at(eye, target)
+        return [CameraConfig("base_camera", pose, 128, 128, np.pi / 2, 0.01, 100)]
 
     def _load_scene(self, options: dict) -> None:
         # Stock `_load_scene` draws a random hole centre; rebuilding the scene here with the same

@@ -18,7 +18,6 @@ import torch
 from matplotlib.image import imread
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-
 EXAMPLE = Path(__file__).parents[3] / "examples" / "train_rlt_peg.py"
 TINY_RUN = [
     "--num-envs", "2", "--env.render-backend", "cpu", "--env.trigger-mode", "always_on",

@@ -1,0 +1,76 @@
+"""Stage 2 learns: on a chunked task with a sparse reward and a biased reference, BC alone
+stays at the reference's success and BC + Q (the shipped sample-efficient preset, scaled down)
+fixes it. The same check fails when the TD target's bootstrap or the actor's Q term has its
+sign flipped, so a sign error in either cannot pass CI.
+"""
+
+import dataclasses
+
+import chunked_reach as task
+import pytest
+import torch
+
+from rpent_agents.stage2 import Stage2Learner, losses
+from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2
+
+TRAIN_EPISODES = 500
+EVAL_EPISODES = 200
+LEARNED = 0.6
+"""Success the trained actor must reach (the reference reaches ~0.3)."""
+
+
+def learner(**overrides):
+    # The preset's algorithm (normalized Q term, noise, reference dropout, weight schedule),
+    # with network sizes and a schedule for a task of a few thousand transitions.
+    config = dataclasses.replace(
+        SAMPLE_EFFICIENT_STAGE2,
+        chunk_len=task.HORIZON, hidden_dim=64, batch_size=128, device="cpu",
+        gamma=0.9, actor_lr=3e-4, critic_lr=3e-4,
+        learning_starts=200, warmup_updates=500, weight_warmup_updates=300,
+        weight_ramp_updates=1000, update_epoch=4, train_every_transitions=1,
+        replay_capacity=20_000, sample_window=20_000, **overrides,
+    )  # fmt: skip
+    return Stage2Learner(config, task.DIMS)
+
+
+def trained_success(**overrides):
+    torch.set_num_threads(1)
+    agent = learner(**overrides)
+    task.train(agent, TRAIN_EPISODES, seed=1)
+    return task.success_rate(agent, EVAL_EPISODES, seed=7)
+
+
+@pytest.fixture(scope="module")
+def reference_success():
+    return task.success_rate(learner(), EVAL_EPISODES, seed=7, use_actor=False)
+
+
+def test_bc_alone_copies_the_biased_reference(reference_success):
+    assert 0.15 < reference_success < 0.45
+    bc_only = trained_success(warmup_q_weight=0.0, online_q_weight=0.0)
+    assert bc_only < reference_success + 0.1
+
+
+def test_bc_plus_q_corrects_the_reference(reference_success):
+    success = trained_success()
+    assert success >= LEARNED and success >= reference_success + 0.3
+
+
+def _bootstrap_sign_flipped(rewards, done, next_q_min, gamma, bootstrap_type="standard"):
+    return _TD_TARGET(rewards, done, -next_q_min, gamma, bootstrap_type)
+
+
+def _q_term_sign_flipped(q1_of_actor, bc_loss, q_weight, bc_weight, scale=1.0):
+    return _ACTOR_LOSS(-q1_of_actor, bc_loss, q_weight, bc_weight, scale)
+
+
+_TD_TARGET, _ACTOR_LOSS = losses.td_target, losses.actor_loss
+
+
+@pytest.mark.parametrize(
+    ("name", "broken"),
+    [("td_target", _bootstrap_sign_flipped), ("actor_loss", _q_term_sign_flipped)],
+)
+def test_a_sign_error_fails_the_learning_check(monkeypatch, name, broken):
+    monkeypatch.setattr(losses, name, broken)
+    assert trained_success() < LEARNED
