@@ -9,8 +9,8 @@ alone) instead of a LeRobot dataset; `--num-workers N` runs episodes in N worker
 
 Two options widen what a policy learns from the same expert:
 - `--action-noise-std S` (DART-style noise injection): the env executes the expert's arm action
-  plus Gaussian noise of std S (action units), while the recorded label stays the expert's
-  clean action, so the data shows how the expert recovers from states a little off its path;
+  plus Gaussian noise (std drawn per episode from [0, S], action units), while the recorded
+  label stays the expert's clean action, so the data shows how the expert recovers from states a little off its path;
 - `--image-every K` (frame cache only): cameras render every K-th step only (the steps in
   between skip rendering), so the same simulation time gives K times more episodes; every
   step's state and action is kept, so each image still has its full chunk of labels.
@@ -72,7 +72,8 @@ class CollectArgs:
     npz_cache: bool = False
     """Write `frames.npz` (a Stage 1 frame cache, no lerobot needed) instead of a dataset."""
     action_noise_std: float = 0.0
-    """Std of the Gaussian noise added to the executed arm actions (labels stay clean)."""
+    """Largest std of the Gaussian noise added to the executed arm actions (labels stay
+    clean); each episode draws its std uniformly from [0, this]."""
     image_every: int = 1
     """Render and keep the cameras every this many steps (frame cache only)."""
     max_minutes: float = 0.0
@@ -84,7 +85,8 @@ class RolloutOptions:
     """How one expert episode is run and recorded (see the module doc).
 
     Attributes:
-        action_noise_std: Noise std on the executed arm actions (0: none).
+        action_noise_std: Largest noise std on the executed arm actions; each episode draws
+            its std uniformly from [0, action_noise_std] (0: no noise).
         image_every: Keep camera images every this many steps.
     """
 
@@ -120,6 +122,7 @@ def rollout_expert(
     expert = PegInsertionExpert(env)
     demand = image_demand_of(env)
     noise_rng = np.random.default_rng(seed)
+    noise_std = noise_rng.uniform(0.0, options.action_noise_std)
     observation, info = env.reset(seed=seed)
     frames: list[Frame] = []
     terminated = truncated = False
@@ -129,8 +132,8 @@ def rollout_expert(
         kept = observation if keeps_images else {"state": observation["state"]}
         frames.append({**kept, ACTION_KEY: action, "task": info["task"]})
         executed = action.copy()
-        if options.action_noise_std > 0:
-            noise = noise_rng.normal(0.0, options.action_noise_std, ARM_DOF)
+        if noise_std > 0:
+            noise = noise_rng.normal(0.0, noise_std, ARM_DOF)
             executed[:ARM_DOF] = np.clip(executed[:ARM_DOF] + noise, -1.0, 1.0)
         next_keeps_images = len(frames) % options.image_every == 0
         skippable = (

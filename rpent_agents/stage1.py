@@ -111,12 +111,11 @@ class TrainingBatch:
 
 
 class DemoSampler:
-    """Random batches of (observation, instruction, target chunk) from a frame cache."""
+    """Batches of (observation, instruction, target chunk) from a frame cache on a device."""
 
-    def __init__(self, cache: FrameCache, vla: BuiltinVLA, frames: np.ndarray, device: str):
-        """Keep the image frames `frames` of `cache` on `device`; chunks follow `vla.chunk_len`."""
+    def __init__(self, cache: FrameCache, vla: BuiltinVLA, device: str | torch.device):
+        """Copy the cache's arrays to `device`; target chunks follow `vla.chunk_len`."""
         chunk_index, chunk_valid = cache.chunk_targets(vla.chunk_len)
-        self.frames = torch.from_numpy(frames)
         self.device = device
         self.columns = {
             key: torch.from_numpy(getattr(cache, key)).to(device)
@@ -145,9 +144,11 @@ class DemoSampler:
             chunk_valid=self.chunk_valid[steps],
         )
 
-    def random_batch(self, batch_size: int, image_shift_px: int) -> TrainingBatch:
-        """A batch of `batch_size` frames drawn uniformly with replacement."""
-        rows = self.frames[torch.randint(len(self.frames), (batch_size,))]
+    def random_batch(
+        self, frames: torch.Tensor, batch_size: int, image_shift_px: int
+    ) -> TrainingBatch:
+        """A batch of `batch_size` of the image frames `frames`, drawn with replacement."""
+        rows = frames[torch.randint(len(frames), (batch_size,))]
         return self.batch(rows, image_shift_px)
 
 
@@ -178,11 +179,12 @@ def stage1_losses(
 
 
 @torch.no_grad()
-def validation_chunk_mse(vla: BuiltinVLA, sampler: DemoSampler, max_frames: int = 512) -> float:
+def validation_chunk_mse(
+    vla: BuiltinVLA, sampler: DemoSampler, frames: torch.Tensor, max_frames: int = 512
+) -> float:
     """Mean squared error of the sampled reference chunk, in normalised action units."""
     vla.eval()
-    rows = sampler.frames[:max_frames]
-    batch = sampler.batch(rows)
+    batch = sampler.batch(frames[:max_frames])
     prefix, pad_mask = vla.encode_prefix(batch.inputs, batch.text_ids, batch.text_mask)
     error = (vla.sample_chunk(prefix, pad_mask) - batch.chunk) / vla.action_std
     weight = batch.chunk_valid[..., None].float()
@@ -325,10 +327,9 @@ class Stage1Trainer:
             self.parameters, lr=args.learning_rate, weight_decay=args.weight_decay
         )
         train_rows, val_rows = split_frames(cache, args.val_episodes)
-        self.sampler = DemoSampler(cache, self.vla, train_rows, self.device)
-        self.val_sampler = (
-            DemoSampler(cache, self.vla, val_rows, self.device) if len(val_rows) else None
-        )
+        self.sampler = DemoSampler(cache, self.vla, self.device)
+        self.train_frames = torch.from_numpy(train_rows)
+        self.val_frames = torch.from_numpy(val_rows) if len(val_rows) else None
         self.start_step = int(state.get("step", 0))
         self.best_val = float(state.get("best_val_chunk_mse", math.inf))
         if resuming:
@@ -344,7 +345,7 @@ class Stage1Trainer:
         args = self.args
         for group in self.optimizer.param_groups:
             group["lr"] = args.learning_rate * learning_rate_factor(args, step, time_fraction)
-        batch = self.sampler.random_batch(args.batch_size, args.image_shift_px)
+        batch = self.sampler.random_batch(self.train_frames, args.batch_size, args.image_shift_px)
         with self.autocast:
             losses = stage1_losses(self.vla, self.rl_token, batch, args.rlt_alpha)
         self.optimizer.zero_grad(set_to_none=True)
@@ -355,9 +356,9 @@ class Stage1Trainer:
 
     def validate(self, step: int) -> float | None:
         """`val/chunk_mse` now; with keep_best_val, a new best is saved as the checkpoint."""
-        if self.val_sampler is None:
+        if self.val_frames is None:
             return None
-        val = validation_chunk_mse(self.vla, self.val_sampler)
+        val = validation_chunk_mse(self.vla, self.sampler, self.val_frames)
         if self.args.keep_best_val and val < self.best_val:
             self.best_val = val
             _save_checkpoint(self.args, self.vla, self.rl_token, step, val)
@@ -394,7 +395,7 @@ class Stage1Trainer:
 
     def save(self, step: int, val_chunk_mse: float | None) -> None:
         """The resume state; the checkpoint too unless keep_best_val picks it by validation."""
-        if not (self.args.keep_best_val and self.val_sampler is not None):
+        if not (self.args.keep_best_val and self.val_frames is not None):
             _save_checkpoint(self.args, self.vla, self.rl_token, step, val_chunk_mse)
         _save_training_state(
             self.args, self.vla, self.rl_token, self.optimizer, step, self.best_val

@@ -1,5 +1,14 @@
 # Source on the GPU machine: install the carried packages once, point Python and Vulkan at them.
-if [ ! -d /tmp/site/mani_skill ]; then bash bench/device/unpack_carry.sh; fi
-export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+# RPENT_DRY_RUN=1 (a CPU machine with .venv): run the same job small, on the CPU, as a check.
+if [ "${RPENT_DRY_RUN:-0}" = 1 ]; then
+  export PATH="$PWD/.venv/bin:$PATH" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+  python3() { "$PWD/.venv/bin/python" "$@"; }
+  RENDER=cpu DEVICE=cpu
+else
+  if [ ! -d /tmp/site/mani_skill ]; then bash bench/device/unpack_carry.sh; fi
+  export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  RENDER=gpu DEVICE=cuda
+fi
+progress_free() { tr '\r' '\n' | grep -v -e "it/s\]$" -e "s/it\]$" -e "it/s, .*\]$"; }

@@ -126,8 +126,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.observation_space = gym.spaces.Dict(spaces)
         self.episode_seed: int | None = None
         self.image_demand = ImageDemand(self.current_observation)
-        self._blank_image = np.zeros((image_size, image_size, 3), np.uint8)
-        self._blank_image.flags.writeable = False
+        self.image_size = image_size
 
     @property
     def maniskill_env(self) -> Any:
@@ -203,8 +202,9 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         if self.obs_mode == "rgb":
             sensors = raw_obs.get("sensor_data")
             if sensors is None:  # a step that skipped rendering
-                obs["image"] = self._blank_image
-                obs["wrist_image"] = self._blank_image
+                blank_shape = (self.image_size, self.image_size, 3)
+                obs["image"] = np.zeros(blank_shape, np.uint8)
+                obs["wrist_image"] = np.zeros(blank_shape, np.uint8)
             else:
                 obs["image"] = _to_numpy(sensors["base_camera"]["rgb"])
                 obs["wrist_image"] = _to_numpy(sensors["hand_camera"]["rgb"])

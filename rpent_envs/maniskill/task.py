@@ -27,10 +27,11 @@ CONTROL_FREQ_HZ = 10
 MAX_EPISODE_STEPS = 500
 GRASP_MAX_ANGLE_DEG = 20
 WRIST_MOUNT_LINK = "camera_link"
+BASE_CAMERA_FOV_RAD = 1.35
 BASE_CAMERA_VIEWS = {
     # From the side of the table opposite the robot: peg, box face with the hole and gripper
     # stay in view while the arm carries the peg (the arm is behind them).
-    "side": ([0.45, -0.05, 0.3], [0.0, 0.05, 0.08]),
+    "side": ([0.45, -0.2, 0.32], [0.0, 0.05, 0.06]),
     # ManiSkill's PegInsertionSide camera, behind the peg: the arm hides the box from the
     # grasp to the end of the insertion.
     "stock": ([0.0, -0.3, 0.2], [0.0, 0.0, 0.1]),
@@ -87,7 +88,7 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
     def _default_sensor_configs(self) -> list[CameraConfig]:
         eye, target = BASE_CAMERA_VIEWS[self.base_camera_view]
         pose = sapien_utils.look_at(eye, target)
-        return [CameraConfig("base_camera", pose, 128, 128, np.pi / 2, 0.01, 100)]
+        return [CameraConfig("base_camera", pose, 128, 128, BASE_CAMERA_FOV_RAD, 0.01, 100)]
 
     def _load_scene(self, options: dict) -> None:
         # Stock `_load_scene` draws a random hole centre; rebuilding the scene here with the same

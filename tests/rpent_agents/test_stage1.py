@@ -131,7 +131,7 @@ def test_rlt_loss_trains_only_the_rl_token(cache_path, tmp_path):
     vla, rl_token = build_models(args, cache)
     from rpent_agents.stage1 import DemoSampler
 
-    batch = DemoSampler(cache, vla, np.arange(len(cache)), "cpu").random_batch(2, 0)
+    batch = DemoSampler(cache, vla, "cpu").random_batch(torch.arange(len(cache)), 2, 0)
     losses = stage1_losses(vla, rl_token, batch, rlt_alpha=1.0)
     vla_grads = torch.autograd.grad(
         losses["rlt_loss"], list(vla.parameters()), allow_unused=True, retain_graph=True

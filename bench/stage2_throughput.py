@@ -1,0 +1,132 @@
+"""Env steps/s of the Stage 2 training loop against the raw peg env, in one run.
+
+Three measurements on the same machine, each with `--num-envs` worker processes:
+- raw state: the peg env with `obs_mode="state"` (physics only; the upper bound);
+- raw rgb: the peg env rendering both cameras at every step (what a naive loop pays);
+- training loop: `rpent_agents.stage2.train.Stage2Run.collect_and_learn` (workers render only
+  chunk boundaries; one batched featurizer call per vector step in this process; the learner
+  updates while the workers simulate), the actor driving every chunk, every chunk stored as a
+  transition (`trigger_mode="always_on"`) and the learner making the preset's 4 updates per
+  transition from the first step: more learner work than a real run has.
+
+    .venv/bin/python bench/stage2_throughput.py --num-envs 2 --render-backend cpu
+    python3 bench/stage2_throughput.py --num-envs 16 --render-backend gpu --feature-device cuda
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import tyro
+from gymnasium.vector import AsyncVectorEnv
+
+import rpent_envs
+from rpent_agents.learning_report import LearningResults
+from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.rlt_vector import make_rlt_vector_env
+from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Learner
+from rpent_agents.stage2.train import (
+    SAMPLE_EFFICIENT_STAGE2,
+    RunState,
+    Stage2Run,
+    TrainArgs,
+)
+
+
+@dataclass
+class Args:
+    num_envs: int = 2
+    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
+    feature_device: str = "auto"
+    checkpoint: Path | None = None
+    """Stage 1 checkpoint (its image size sets the cameras'); default: the embedded one."""
+    raw_steps: int = 100
+    """Timed steps per worker of each raw-env measurement."""
+    loop_iterations: int = 30
+    """Timed vector steps (one chunk per worker each) of the training loop."""
+    warmup_iterations: int = 3
+
+
+def raw_env_speed(args: Args, obs_mode: str, image_size: int) -> float:
+    """Env steps/s of `num_envs` raw peg envs stepping random actions."""
+    kwargs = {"obs_mode": obs_mode, "image_size": image_size, "render_backend": args.render_backend}
+    envs = AsyncVectorEnv(
+        [lambda: gym.make(rpent_envs.PEG_INSERTION_ID, **kwargs)] * args.num_envs,
+        context="forkserver",
+    )
+    try:
+        envs.reset(seed=list(range(args.num_envs)))
+        rng = np.random.default_rng(0)
+        actions = rng.uniform(-0.3, 0.3, (args.raw_steps + 5, args.num_envs, 8)).astype(np.float32)
+        for action in actions[:5]:
+            envs.step(action)
+        started = time.monotonic()
+        for action in actions[5:]:
+            envs.step(action)
+        return args.num_envs * args.raw_steps / (time.monotonic() - started)
+    finally:
+        envs.close()
+
+
+def training_loop_speed(args: Args, config: PegRLTConfig) -> dict:
+    """Env steps/s and the time split of the real training loop."""
+    # Updates from the first transition on, 4 per transition as in the preset's steady state.
+    stage2 = dataclasses.replace(SAMPLE_EFFICIENT_STAGE2, learning_starts=1, warmup_updates=0)
+    train_args = TrainArgs(num_envs=args.num_envs, env=config, stage2=stage2)
+    config = dataclasses.replace(config, trigger_mode="always_on")
+    envs = make_rlt_vector_env(config, args.num_envs)
+    try:
+        dims = RLTDims.from_observation_space(envs.single_observation_space)
+        learner = Stage2Learner(stage2, dims)
+        with tempfile.TemporaryDirectory() as folder, ScalarLog(folder) as log:
+            train_args.output_dir = Path(folder)
+            results = LearningResults(eval_seeds=[0])
+            run = Stage2Run(train_args, envs, learner, RunState(), results, log, time.monotonic())
+            run.obs = run.start_training_episodes()
+            for _ in range(args.warmup_iterations):
+                run.collect_and_learn()
+            steps, updates = run.state.env_steps, learner.update_step
+            started = time.monotonic()
+            for _ in range(args.loop_iterations):
+                run.collect_and_learn()
+            elapsed = time.monotonic() - started
+            return {
+                "env_steps_per_s": (run.state.env_steps - steps) / elapsed,
+                "updates_per_s": (learner.update_step - updates) / elapsed,
+                "transitions": learner.replay.total_added,
+            }
+    finally:
+        envs.close()
+
+
+def main(args: Args) -> dict:
+    config = PegRLTConfig(
+        checkpoint=args.checkpoint,
+        render_backend=args.render_backend,
+        feature_device=args.feature_device,
+    )
+    image_size = config.vla_config()["image_size"]
+    state = raw_env_speed(args, "state", image_size)
+    rgb = raw_env_speed(args, "rgb", image_size)
+    loop = training_loop_speed(args, config)
+    return {
+        "num_envs": args.num_envs,
+        "image_size": image_size,
+        "raw_state_env_steps_per_s": round(state, 1),
+        "raw_rgb_env_steps_per_s": round(rgb, 1),
+        "training_loop": {key: round(value, 1) for key, value in loop.items()},
+        "loop_over_raw_rgb": round(loop["env_steps_per_s"] / rgb, 2),
+        "loop_over_raw_state": round(loop["env_steps_per_s"] / state, 2),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(tyro.cli(Args))))
