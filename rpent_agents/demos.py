@@ -10,7 +10,8 @@ alone) instead of a LeRobot dataset; `--num-workers N` runs episodes in N worker
 Two options widen what a policy learns from the same expert:
 - `--action-noise-std S` (DART-style noise injection): the env executes the expert's arm action
   plus Gaussian noise (std drawn per episode from [0, S], action units), while the recorded
-  label stays the expert's clean action, so the data shows how the expert recovers from states a little off its path;
+  label stays the expert's clean action, so the data shows how the expert recovers from
+  states a little off its path;
 - `--image-every K` (frame cache only): cameras render every K-th step only (the steps in
   between skip rendering), so the same simulation time gives K times more episodes; every
   step's state and action is kept, so each image still has its full chunk of labels.
