@@ -5,9 +5,11 @@ Three measurements on the same machine, each with `--num-envs` worker processes:
 - raw rgb: the peg env rendering both cameras at every step (what a naive loop pays);
 - training loop: `rpent_agents.stage2.train.Stage2Run.collect_and_learn` (workers render only
   chunk boundaries; one batched featurizer call per vector step in this process; the learner
-  updates while the workers simulate), the actor driving every chunk, every chunk stored as a
-  transition (`trigger_mode="always_on"`) and the learner making the preset's 4 updates per
-  transition from the first step: more learner work than a real run has.
+  updates while the workers simulate; a worker whose episode ends starts the next one itself),
+  the actor driving every chunk, every chunk stored as a transition (`trigger_mode=
+  "always_on"`), episodes of 8 chunks (as long as the base policy's) and the learner making
+  the preset's 4 updates per transition from the first step: more learner work than a real
+  run has.
 
     .venv/bin/python bench/stage2_throughput.py --num-envs 2 --render-backend cpu
     python3 bench/stage2_throughput.py --num-envs 16 --render-backend gpu --feature-device cuda
@@ -81,7 +83,8 @@ def training_loop_speed(args: Args, config: PegRLTConfig) -> dict:
     # Updates from the first transition on, 4 per transition as in the preset's steady state.
     stage2 = dataclasses.replace(SAMPLE_EFFICIENT_STAGE2, learning_starts=1, warmup_updates=0)
     train_args = TrainArgs(num_envs=args.num_envs, env=config, stage2=stage2)
-    config = dataclasses.replace(config, trigger_mode="always_on")
+    # Episodes of 8 chunks: about as long as the base policy's (resets as often as in a run).
+    config = dataclasses.replace(config, trigger_mode="always_on", max_episode_chunks=8)
     envs = make_rlt_vector_env(config, args.num_envs)
     try:
         dims = RLTDims.from_observation_space(envs.single_observation_space)

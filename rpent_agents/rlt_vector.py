@@ -45,6 +45,8 @@ from wrappers.takeover import ExpertTakeover
 # step's info would be pickled through the pipe once per chunk.
 _DROPPED_INFO_KEYS = ("step_infos",)
 INSTRUCTION_KEY = "task"
+NO_RESET_SEED = -1
+MAX_SEED = 2**31 - 1
 
 
 class SuppliedReference:
@@ -69,10 +71,14 @@ class SuppliedReference:
 class RLTWorker(gym.Wrapper):
     """The peg RLT stack without its feature model, as one worker of a training vector env.
 
-    The action is a Dict: `actor`, the actor's flat chunk (H*A,), and `ref_chunk`, the
-    reference chunk (H_ref, A) that the learner featurized from this worker's current
-    observation; the policy switch below picks the driver. The observation is the raw one of
-    the peg env (`image`, `wrist_image`, `state`) at the chunk boundary.
+    The action is a Dict: `actor`, the actor's flat chunk (H*A,), `ref_chunk`, the reference
+    chunk (H_ref, A) that the learner featurized from this worker's current observation (the
+    policy switch below picks the driver), and `reset_seed`: when the chunk ends the episode
+    and `reset_seed` >= 0, the worker starts the next episode with that seed at once and
+    returns its first observation, the last one going to `info["final_obs"]` (no reset
+    round trip, so the other workers never wait for it); -1 leaves the reset to the caller.
+    The observation is the raw one of the peg env (`image`, `wrist_image`, `state`) at the
+    chunk boundary.
 
     Gymnasium's vector API stacks each info key into one array, which needs the same shape in
     every env. A chunk that ends early executes fewer than H steps, so this wrapper pads
@@ -119,7 +125,10 @@ class RLTWorker(gym.Wrapper):
             np.broadcast_to(step_space.high, ref_shape).astype(np.float32),
             dtype=np.float32,
         )
-        self.action_space = gym.spaces.Dict({"actor": env.action_space, "ref_chunk": ref_space})
+        seed_space = gym.spaces.Box(NO_RESET_SEED, MAX_SEED, (), np.int64)
+        self.action_space = gym.spaces.Dict(
+            {"actor": env.action_space, "ref_chunk": ref_space, "reset_seed": seed_space}
+        )
 
     @property
     def expert_takeover_enabled(self) -> bool:
@@ -150,7 +159,13 @@ class RLTWorker(gym.Wrapper):
         """Execute one chunk (the driver's); infos padded."""
         self.reference.chunk = np.asarray(action["ref_chunk"], dtype=np.float32)
         obs, reward, terminated, truncated, info = self.env.step(action["actor"])
-        return obs, reward, terminated, truncated, self._fixed_shape(info)
+        info = self._fixed_shape(info)
+        reset_seed = int(action.get("reset_seed", NO_RESET_SEED))
+        if (terminated or truncated) and reset_seed != NO_RESET_SEED:
+            info["final_obs"] = obs
+            obs, reset_info = self.reset(seed=reset_seed)
+            info[INSTRUCTION_KEY] = reset_info.get(INSTRUCTION_KEY, info.get(INSTRUCTION_KEY))
+        return obs, reward, terminated, truncated, info
 
     def _fixed_shape(self, info: dict[str, Any]) -> dict[str, Any]:
         info = {key: value for key, value in info.items() if key not in _DROPPED_INFO_KEYS}
@@ -222,12 +237,15 @@ class RLTWorkerFactory:
 class FeaturizedVectorEnv(VectorWrapper):
     """RLT observations of a vector env of `RLTWorker`s, featurized in one batch per step.
 
-    The wrapped env steps Dict actions (`actor`, `ref_chunk`) and returns raw observations;
-    this wrapper steps flat actor chunks (N, H*A) and returns batched RLT observations
-    (`z_rl`, `proprio`, `ref_chunk`), and sends each worker the reference chunk it featurized
-    from that worker's current observation. `step_async`/`step_wait` let the caller work
-    (learner updates) while the workers simulate; `set_attr`, `get_attr` and `call` reach the
-    workers.
+    The wrapped env steps Dict actions (`actor`, `ref_chunk`, `reset_seed`) and returns raw
+    observations; this wrapper steps flat actor chunks (N, H*A) and returns batched RLT
+    observations (`z_rl`, `proprio`, `ref_chunk`), and sends each worker the reference chunk it
+    featurized from that worker's current observation. `step_async(actions, reset_seeds)` with
+    one seed per env lets each worker start its next episode itself when the chunk ends it:
+    the returned observation is then the new episode's first, and `infos["final_obs"]` (with
+    its mask `infos["_final_obs"]`) holds the featurized last observation of the episode that
+    ended. `step_async`/`step_wait` let the caller work (learner updates) while the workers
+    simulate; `set_attr`, `get_attr` and `call` reach the workers.
     """
 
     def __init__(self, env: VectorEnv, feature_model: RLTFeatureSource) -> None:
@@ -259,20 +277,57 @@ class FeaturizedVectorEnv(VectorWrapper):
         self._featurize(raw, infos, np.flatnonzero(mask))
         return self._copy_observations(), infos
 
-    def step_async(self, actions: np.ndarray) -> None:
-        """Send the actor's chunks (N, H*A) and the current reference chunks to the workers."""
-        self.env.step_async({"actor": actions, "ref_chunk": self.observations["ref_chunk"]})
+    def step_async(self, actions: np.ndarray, reset_seeds: Sequence[int] | None = None) -> None:
+        """Send the actor's chunks (N, H*A), the reference chunks and the reset seeds.
+
+        Args:
+            actions: The actor's flat chunks, one per env.
+            reset_seeds: The seed each env starts its next episode with if this chunk ends
+                the current one; None: no env resets itself (the caller resets).
+        """
+        if reset_seeds is None:
+            reset_seeds = [NO_RESET_SEED] * self.num_envs
+        self.env.step_async(
+            {
+                "actor": actions,
+                "ref_chunk": self.observations["ref_chunk"],
+                "reset_seed": np.asarray(reset_seeds, dtype=np.int64),
+            }
+        )
 
     def step_wait(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Wait for the workers' chunks and featurize every env's new observation."""
+        """Wait for the workers' chunks; featurize every new and every final observation."""
         raw, rewards, terminated, truncated, infos = self.env.step_wait()
+        final_mask = np.asarray(infos.get("_final_obs", np.zeros(self.num_envs, bool)), bool)
+        final_raw = infos.get("final_obs")
+        if final_mask.any():
+            ended = np.flatnonzero(final_mask)
+            finals = self.featurize_observations(  # the info holds one raw Dict per env
+                [final_raw[i] for i in ended], [self.instructions[i] for i in ended]
+            )
+            infos["final_obs"] = {
+                key: np.zeros((self.num_envs, *values.shape[1:]), values.dtype)
+                for key, values in finals.items()
+            }
+            for key, values in finals.items():
+                infos["final_obs"][key][final_mask] = values
         self._featurize(raw, infos, np.arange(self.num_envs))
         return self._copy_observations(), rewards, terminated, truncated, infos
 
-    def step(self, actions: np.ndarray) -> tuple[dict[str, np.ndarray], Any, Any, Any, dict]:
+    def step(
+        self, actions: np.ndarray, reset_seeds: Sequence[int] | None = None
+    ) -> tuple[dict[str, np.ndarray], Any, Any, Any, dict]:
         """`step_async` then `step_wait`."""
-        self.step_async(actions)
+        self.step_async(actions, reset_seeds)
         return self.step_wait()
+
+    def featurize_observations(
+        self, raw_observations: list[dict[str, np.ndarray]], instructions: list[str]
+    ) -> dict[str, np.ndarray]:
+        """Batched RLT observations of raw observations (one feature-model call)."""
+        return rlt_observations(
+            self.feature_model, raw_observations, instructions, self.single_observation_space
+        )
 
     def set_attr(self, name: str, values: Any) -> None:
         """Set an attribute of every worker env (see `VectorEnv.set_attr`)."""
@@ -292,11 +347,8 @@ class FeaturizedVectorEnv(VectorWrapper):
             if task_mask is not None and task_mask[env_index]:
                 self.instructions[env_index] = str(infos[INSTRUCTION_KEY][env_index])
         raw_observations = [{key: raw[key][i] for key in raw} for i in env_indices]
-        batch = rlt_observations(
-            self.feature_model,
-            raw_observations,
-            [self.instructions[i] for i in env_indices],
-            self.single_observation_space,
+        batch = self.featurize_observations(
+            raw_observations, [self.instructions[i] for i in env_indices]
         )
         for key, values in batch.items():
             self.observations[key][env_indices] = values

@@ -90,16 +90,17 @@ class RunState:
     """Counters a checkpoint keeps next to the learner (its `extra`)."""
 
     env_steps: int = 0
-    episodes_started: int = 0
+    seeds_handed_out: int = 0
+    episodes_finished: int = 0
     wall_time_s: float = 0.0
     last_eval_env_steps: int = -1
     last_save_env_steps: int = 0
     eval_wall_time_s: float = 60.0
 
     def next_seeds(self, count: int, first_seed: int) -> list[int]:
-        """Seeds of the next `count` training episodes."""
-        first = first_seed + self.episodes_started
-        self.episodes_started += count
+        """`count` training seeds never handed out before (first_seed, first_seed + 1, ...)."""
+        first = first_seed + self.seeds_handed_out
+        self.seeds_handed_out += count
         return list(range(first, first + count))
 
 
@@ -168,6 +169,23 @@ def start_or_resume(
     return learner, RunState(**extra), results
 
 
+def _final_observations(
+    next_obs: dict[str, np.ndarray], infos: dict, done: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The observations after each env's chunk: the episode's last one where it ended."""
+    if not done.any():
+        return next_obs
+    final = infos["final_obs"]
+    return {
+        key: np.where(_broadcast(done, values), final[key], values)
+        for key, values in next_obs.items()
+    }
+
+
+def _broadcast(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return mask.reshape(mask.shape + (1,) * (values.ndim - 1))
+
+
 class Stage2Run:
     """One training command: the workers, the learner and the run's records."""
 
@@ -222,15 +240,22 @@ class Stage2Run:
         return self.clock.has_time_for(needed_s)
 
     def collect_and_learn(self) -> int:
-        """One chunk in every worker while the learner updates; returns the simulator steps."""
+        """One chunk in every worker while the learner updates; returns the simulator steps.
+
+        Every env gets a fresh seed with its chunk: a worker whose episode ends starts the
+        next one with it at once (`FeaturizedVectorEnv`), so no worker waits for a reset.
+        """
         self.actions = self.learner.act(self.obs)
-        self.envs.step_async(self.actions)
+        reset_seeds = self.state.next_seeds(self.args.num_envs, self.args.train_seed)
+        self.envs.step_async(self.actions, reset_seeds)
         train_scalars = self.learner.train_step()  # runs while the workers simulate
         next_obs, _, terminated, truncated, infos = self.envs.step_wait()
-        steps = self.store_transitions(next_obs, infos, terminated, truncated)
-        self.state.env_steps += steps
         done = terminated | truncated
-        self.obs = self.restart_finished(done) if done.any() else next_obs
+        ended_obs = _final_observations(next_obs, infos, done)
+        steps = self.store_transitions(ended_obs, infos, terminated, truncated)
+        self.state.env_steps += steps
+        self.state.episodes_finished += int(done.sum())
+        self.obs = next_obs
         if self.learner.ready_for_online != self.actor_ready:
             self.actor_ready = self.learner.ready_for_online
             self.envs.set_attr("actor_ready", self.actor_ready)
@@ -260,12 +285,6 @@ class Stage2Run:
             )
             env_steps += int(info["chunk_len"])
         return env_steps
-
-    def restart_finished(self, done: np.ndarray) -> dict[str, np.ndarray]:
-        """Start new training episodes where `done`; returns the batched observations."""
-        return reset_envs(
-            self.envs, done, self.state.next_seeds(int(done.sum()), self.args.train_seed)
-        )
 
     def start_training_episodes(self) -> dict[str, np.ndarray]:
         """Reset every worker with fresh training seeds and the training drivers."""

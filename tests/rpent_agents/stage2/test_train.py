@@ -120,7 +120,7 @@ def test_the_example_resumes_the_run_with_expert_takeover(first_run, no_lerobot_
     assert results["transitions"] == 30 and results["updates"] > first["updates"]
     assert results["wall_time_s"] > first["wall_time_s"]
     # training episodes keep counting: no seed of the first part is replayed
-    assert run_extra(output_dir)["episodes_started"] > run_extra(first_dir)["episodes_started"]
+    assert run_extra(output_dir)["seeds_handed_out"] > run_extra(first_dir)["seeds_handed_out"]
 
 
 def test_a_fresh_run_never_overwrites_a_saved_one(first_run, no_lerobot_site):
