@@ -44,6 +44,11 @@ class Stage2Config:
     """Per-step discount; a chunk of H steps bootstraps with gamma**H."""
     bootstrap_type: BootstrapType = "standard"
     """"standard": no bootstrap after a done chunk; "always": bootstrap every chunk."""
+    reference_on_interventions: Literal["executed", "observed"] = "executed"
+    """What a stored transition keeps as the actor's reference input on steps a human or
+    expert drove: "executed" (reference) replaces it with the executed action; "observed"
+    keeps the VLA's reference chunk, the input the actor has when it acts itself. The executed
+    action is the BC target of those steps either way."""
     truncation_ends_bootstrap: bool = True
     """Store done=True for truncated episodes too (reference simulation); False: only for
     terminated ones (reference real robot)."""
@@ -135,6 +140,11 @@ class Stage2Config:
             raise ValueError(
                 "Stage2Config.reference_dropout_prob must lie in [0, 1], "
                 f"got {self.reference_dropout_prob}"
+            )
+        if self.reference_on_interventions not in ("executed", "observed"):
+            raise ValueError(
+                "Stage2Config.reference_on_interventions must be 'executed' or 'observed', "
+                f"got {self.reference_on_interventions!r}"
             )
         if self.q_scale_floor <= 0:
             raise ValueError(f"Stage2Config.q_scale_floor must be > 0, got {self.q_scale_floor}")

@@ -24,7 +24,7 @@ class RLTTransition:
     Attributes:
         z_rl: (D,) RL token the chunk was decided from.
         proprio: (P,) proprioception then.
-        ref_chunk: (H_ref, A) reference chunk then; intervened steps hold the executed action.
+        ref_chunk: (H_ref, A) reference chunk then (see `reference_on_interventions`).
         action: (H, A) executed actions (the last one repeated after an early episode end).
         rewards: (H,) per-step rewards (zero after an early episode end).
         next_z_rl: (D,) RL token after the chunk.

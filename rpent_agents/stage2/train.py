@@ -274,7 +274,7 @@ class Stage2Run:
             info = unpad_chunk_info(info)
             transition = build_transition(
                 obs, env_next_obs, info, ended, cut, config.chunk_len,
-                config.truncation_ends_bootstrap,
+                config.truncation_ends_bootstrap, config.reference_on_interventions,
             )  # fmt: skip
             self.learner.add_transitions([transition])
             self.chunk_stats.record(info, transition)
@@ -408,8 +408,10 @@ def train(args: TrainArgs) -> LearningResults:
 # schedule over 2000 + 5000 updates and makes 4 updates per new transition (reference: 1).
 # Its actor divides the Q term by the batch's mean |Q| (the reference's Q term is ~0.03 of
 # the BC term's size on this task: the actor never leaves the reference) and explores with a
-# noise std of 0.05 (reference 0.002). tests/rpent_agents/stage2/test_learning.py and
-# bench/RESULTS.md show what each change does.
+# noise std of 0.05 (reference 0.002). On expert-driven steps the stored reference input stays
+# the VLA's chunk (reference: the expert's), so the actor learns the correction from what it
+# will see when it drives, not by copying an input that holds the answer.
+# tests/rpent_agents/stage2/test_learning.py and bench/RESULTS.md show what each change does.
 SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     learning_starts=1000,
     warmup_updates=3000,
@@ -418,6 +420,7 @@ SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     update_epoch=20,
     normalize_q=True,
     actor_noise_std=0.05,
+    reference_on_interventions="observed",
 )
 PRESETS = {
     "reference": (

@@ -60,6 +60,7 @@ def build_transition(
     truncated: bool,
     chunk_len: int,
     truncation_ends_bootstrap: bool = True,
+    reference_on_interventions: str = "executed",
 ) -> RLTTransition | None:
     """The replay transition of one executed chunk, or None when it is not to be stored.
 
@@ -71,18 +72,22 @@ def build_transition(
         truncated: The episode was truncated inside the chunk.
         chunk_len: H, the actor's chunk length.
         truncation_ends_bootstrap: Count truncation as done (reference simulation).
+        reference_on_interventions: "executed" (reference): on intervened steps the stored
+            reference is replaced by the executed action, so the actor's reference input
+            follows the human or expert too; "observed": the stored reference stays the VLA's
+            (what the actor reads when it drives). The executed chunk is stored as `action`,
+            the BC target of intervened steps, either way.
 
     Returns:
-        The transition, or None when `info["record_transition"]` is false or missing. On
-        intervened steps the stored reference is replaced by the executed action, so BC and
-        the actor's reference input both follow the human or expert.
+        The transition, or None when `info["record_transition"]` is false or missing.
     """
     if not bool(info.get("record_transition", False)):
         return None
     action_dim = int(np.asarray(obs["ref_chunk"]).shape[-1])
     executed, rewards, intervened = _chunk_from_info(info, chunk_len, action_dim)
     ref_chunk = np.array(obs["ref_chunk"], dtype=np.float32)
-    ref_chunk[: len(intervened)][intervened] = executed[intervened]
+    if reference_on_interventions == "executed":
+        ref_chunk[: len(intervened)][intervened] = executed[intervened]
     return RLTTransition(
         z_rl=np.asarray(obs["z_rl"], np.float32),
         proprio=np.asarray(obs["proprio"], np.float32),
