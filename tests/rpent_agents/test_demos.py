@@ -79,3 +79,53 @@ def test_npz_cache_from_worker_processes(tmp_path):
     assert cache.tasks == ["insert the peg in the hole"]
     assert sorted(set(cache.episode_index.tolist())) == [0, 1]
     assert json.loads((output_dir / COLLECT_MANIFEST).read_text())["seeds_kept"] == [20, 21]
+
+
+@pytest.fixture(scope="module")
+def noisy_subsampled(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("collect") / "noisy"
+    args = CollectArgs(
+        output_dir=output_dir, num_episodes=2, seed=30, image_size=32, npz_cache=True,
+        action_noise_std=0.2, image_every=3,
+    )  # fmt: skip
+    return collect_peg_demos(args), FrameCache.load(output_dir / CACHE_FILE)
+
+
+def test_image_every_keeps_every_third_frame_and_every_step(noisy_subsampled):
+    report, cache = noisy_subsampled
+    assert len(cache) == report.frames  # every step's state and action
+    starts = [np.flatnonzero(cache.episode_index == e)[0] for e in (0, 1)]
+    step_in_episode = np.arange(len(cache)) - np.take(starts, cache.episode_index)
+    np.testing.assert_array_equal(cache.image_step, np.flatnonzero(step_in_episode % 3 == 0))
+    assert cache.image.shape == (len(cache.image_step), 32, 32, 3) and cache.image.any()
+
+
+def test_noise_changes_the_executed_path_not_the_labels(noisy_subsampled):
+    import gymnasium as gym
+
+    import rpent_envs
+
+    _, cache = noisy_subsampled
+    env = gym.make(rpent_envs.PEG_INSERTION_ID, obs_mode="state")
+    try:
+        first = np.flatnonzero(cache.episode_index == 0)
+        env.reset(seed=30)
+        states = []
+        for action in cache.actions[first]:  # the clean labels, replayed without the noise
+            observation, *_ = env.step(action)
+            states.append(observation["state"])
+    finally:
+        env.close()
+    recorded = cache.state[first[1:]]
+    assert np.abs(np.stack(states[:-1]) - recorded).max() > 1e-3  # the noise moved the arm
+
+
+def test_bad_collect_options_are_refused(tmp_path):
+    for options, message in (
+        ({"image_every": 2}, "needs --npz-cache"),
+        ({"image_every": 0, "npz_cache": True}, "image_every=0"),
+        ({"action_noise_std": -0.1}, "action_noise_std=-0.1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            collect_peg_demos(CollectArgs(output_dir=tmp_path / "x", **options))
+        assert not (tmp_path / "x").exists()

@@ -115,3 +115,20 @@ def test_worker_refuses_a_step_without_a_supplied_reference(state_worker):
     worker.reset(seed=2)
     with pytest.raises(RuntimeError, match="no reference chunk was supplied"):
         worker.env.step(np.zeros(80, np.float32))
+
+
+def test_a_worker_starts_its_next_episode_with_the_seed_sent_with_the_chunk():
+    config = PegRLTConfig(render_backend="cpu", feature_device="cpu", max_episode_chunks=1)
+    envs = make_rlt_vector_env(config, num_envs=1)
+    try:
+        envs.reset(seed=[3])
+        envs.set_attr("actor_ready", False)
+        obs, _, _, truncated, infos = envs.step(np.zeros((1, 80), np.float32), reset_seeds=[8])
+        assert truncated[0] and infos["_final_obs"][0]
+        ended_state = infos["final_obs"]["proprio"][0]
+        fresh, _ = envs.reset(seed=[8])  # what the new episode must start from
+    finally:
+        envs.close()
+    np.testing.assert_allclose(obs["proprio"][0], fresh["proprio"][0], atol=1e-6)
+    np.testing.assert_allclose(obs["z_rl"][0], fresh["z_rl"][0], atol=1e-5)
+    assert np.abs(ended_state - obs["proprio"][0]).max() > 1e-4  # the last state, not the new

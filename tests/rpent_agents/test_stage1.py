@@ -158,3 +158,56 @@ def test_stage1_modules_import_without_lerobot_gymnasium_or_simulator():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_subsampled_conv_cache_trains_and_keeps_the_best_validation(tmp_path):
+    from rpent_agents.stage1 import learning_rate_factor
+
+    rng = np.random.default_rng(0)
+    steps_per_episode, episodes = 12, 3
+    steps = steps_per_episode * episodes
+    image_step = np.flatnonzero(np.arange(steps) % 3 == 0)  # every third step has its images
+    actions = rng.uniform(-1, 1, (steps, 8)).astype(np.float32)
+    actions[:, -1] = np.sign(actions[:, -1])
+    cache = FrameCache(
+        image=rng.integers(0, 255, (len(image_step), 32, 32, 3), dtype=np.uint8),
+        wrist_image=rng.integers(0, 255, (len(image_step), 32, 32, 3), dtype=np.uint8),
+        state=rng.normal(size=(steps, 9)).astype(np.float32),
+        actions=actions,
+        episode_index=np.repeat(np.arange(episodes), steps_per_episode),
+        task_index=np.zeros(steps, np.int64),
+        tasks=["insert the peg in the hole"],
+        image_step=image_step,
+    )
+    cache.save(tmp_path / "cache.npz")
+    args = TrainArgs(
+        data=tmp_path / "cache.npz", output_dir=tmp_path / "ckpt", steps=6, batch_size=4,
+        log_every=2, save_every=2, val_episodes=1, device="cpu",
+    )  # fmt: skip
+    args.vla.dim, args.vla.image_size, args.vla.num_layers, args.rl_token.prefix_seq_len = (
+        32, 32, 1, 64
+    )
+    assert args.vla.image_encoder == "conv" and args.vla.binarize_gripper
+    train(args)
+    vla, _, config = load_checkpoint(args.output_dir)
+    state = torch.load(args.output_dir / "training_state.pt", weights_only=True)
+    assert state["step"] == 6  # resume continues from the latest step
+    assert config["metadata"]["val_chunk_mse"] == pytest.approx(state["best_val_chunk_mse"])
+    assert config["metadata"]["step"] in (2, 4, 6)
+    features = load_featurizer(args.output_dir).rlt_features(
+        [{"image": cache.image[0], "wrist_image": cache.wrist_image[0], "state": cache.state[0]}],
+        ["insert the peg in the hole"],
+    )
+    assert set(np.unique(features.ref_chunk[..., -1])) <= {-1.0, 1.0}  # a decided gripper
+    assert learning_rate_factor(args, 1, 0.0) == pytest.approx(1 / args.warmup_steps)
+    assert learning_rate_factor(args, 6, 0.0) == pytest.approx(0.0, abs=1e-9)
+    assert learning_rate_factor(args, 1, 0.5) < learning_rate_factor(args, 1, 0.0)
+
+
+def test_conv_encoder_needs_a_power_of_two_patch():
+    from rpent_agents.features.builtin import BuiltinVLAConfig
+
+    with pytest.raises(ValueError, match="power of two"):
+        BuiltinVLAConfig(image_size=96, patch_size=12, image_encoder="conv")
+    with pytest.raises(ValueError, match="multiple of patch_size"):
+        BuiltinVLAConfig(image_size=100, patch_size=16)

@@ -196,3 +196,15 @@ def test_vector_env_with_worker_processes():
         assert rewards.shape == (2,) and infos["is_grasped"].shape == (2,)
     finally:
         envs.close()
+
+
+def test_the_base_camera_view_is_a_choice_and_bad_views_are_refused():
+    images = {}
+    for view in ("side", "stock"):
+        env = gym.make(rpent_envs.PEG_INSERTION_ID, image_size=32, base_camera_view=view)
+        obs, _ = env.reset(seed=0)
+        images[view] = obs["image"]
+        env.close()
+    assert np.abs(images["side"].astype(int) - images["stock"].astype(int)).mean() > 10
+    with pytest.raises(ValueError, match="base_camera_view='top'"):
+        gym.make(rpent_envs.PEG_INSERTION_ID, base_camera_view="top")

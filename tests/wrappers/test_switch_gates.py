@@ -203,3 +203,22 @@ def test_expert_objects_and_callables_become_step_policies():
     assert as_step_policy(np.tanh) is np.tanh
     with pytest.raises(TypeError, match="act()"):
         as_step_policy(42)
+
+
+@pytest.mark.parametrize(
+    "stall",
+    [
+        chunk(-0.12),  # at the face of a long box: below the reference's x >= -0.10
+        chunk(-0.05, y=2.5 * RADIUS),  # jammed and drifting out of the y/z margin
+        chunk(-0.05, grasped=False),  # dropped
+    ],
+)
+def test_the_whole_critical_phase_takeover_fires_where_the_reference_window_does_not(stall):
+    reference = ExpertTakeover(CountingExpert())
+    whole = ExpertTakeover.whole_critical_phase(CountingExpert())
+    fired = {"reference": False, "whole": False}
+    for _ in range(4):
+        fired["reference"] |= reference.update(stall, True)
+        fired["whole"] |= whole.update(stall, True)
+    assert fired == {"reference": False, "whole": True}
+    assert not ExpertTakeover.whole_critical_phase(CountingExpert()).update(stall, False)

@@ -77,3 +77,14 @@ def test_reference_dropout_zeroes_whole_samples():
     kept_rows = (dropped == ref_flat).all(dim=1)
     assert torch.all(zero_rows ^ kept_rows)
     assert 0.4 < zero_rows.float().mean().item() < 0.6
+
+
+def test_the_normalized_q_term_divides_by_the_floored_mean_abs_q():
+    q = torch.tensor([0.2, -0.6, 1.0], requires_grad=True)
+    assert losses.q_scale(q, None) == 1.0
+    assert losses.q_scale(q, 0.1).item() == pytest.approx(0.6)
+    assert losses.q_scale(q * 0.01, 0.1).item() == pytest.approx(0.1)  # floored
+    loss = losses.actor_loss(q, torch.tensor(0.0), 0.45, 2.5, losses.q_scale(q, 0.1))
+    assert loss.item() == pytest.approx(-0.45 * q.mean().item() / 0.6)
+    loss.backward()
+    torch.testing.assert_close(q.grad, torch.full((3,), -0.45 / 3 / 0.6))  # no grad via scale

@@ -126,3 +126,19 @@ def test_save_and_load_round_trip_in_order(tmp_path):
     with pytest.raises(ValueError, match="differ from this learner"):
         ReplayBuffer(DIMS, 3, capacity=2).load(tmp_path / "replay.npz")
     assert not list(tmp_path.glob("*.partial*"))
+
+
+def test_observed_reference_keeps_the_vla_chunk_on_intervened_steps():
+    info = _info(
+        executed_action=np.array([[0.3, 0.4], [0.5, 0.6]], np.float32),
+        chunk_rewards=np.zeros(2, np.float32),
+        chunk_len=2,
+        intervene_flag=True,
+    )
+    item = build_transition(
+        rlt_obs(9.0), rlt_obs(1.0), info, False, False, CHUNK_LEN,
+        reference_on_interventions="observed",
+    )  # fmt: skip
+    np.testing.assert_array_equal(item.ref_chunk, np.full((3, 2), 9.0))
+    np.testing.assert_allclose(item.action[:2], [[0.3, 0.4], [0.5, 0.6]])  # the BC target
+    np.testing.assert_array_equal(item.intervened, [True, True])
