@@ -12,3 +12,8 @@ else
   RENDER=gpu DEVICE=cuda
 fi
 progress_free() { tr '\r' '\n' | grep -v -e "it/s\]$" -e "s/it\]$" -e "it/s, .*\]$"; }
+# The Stage 1 checkpoint a Stage 2 job uses: stage1_peg.sh's on a still-warm machine, else the
+# embedded default.
+stage1_checkpoint() {
+  if [ -f /tmp/ckpt/model.safetensors ]; then echo /tmp/ckpt; else echo rpent_agents/features/default_checkpoint; fi
+}

@@ -15,8 +15,7 @@ workers="${NUM_ENVS:-8}"
 out="${OUT:-/tmp/out}"
 mkdir -p "$out"
 source bench/device/gpu_env.sh
-checkpoint=rpent_agents/features/default_checkpoint
-[ -f /tmp/ckpt/model.safetensors ] && checkpoint=/tmp/ckpt
+checkpoint=$(stage1_checkpoint)
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   python3 bench/stage2_throughput.py --no-raw --num-envs "${THROUGHPUT_ENVS:-16}" \
     --render-backend "$RENDER" --feature-device "$DEVICE" --checkpoint "$checkpoint" \

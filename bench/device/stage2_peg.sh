@@ -16,8 +16,7 @@ workers="${NUM_ENVS:-16}"
 out="${OUT:-/tmp/out}"
 mkdir -p "$out"
 source bench/device/gpu_env.sh
-checkpoint=rpent_agents/features/default_checkpoint
-[ -f /tmp/ckpt/model.safetensors ] && checkpoint=/tmp/ckpt
+checkpoint=$(stage1_checkpoint)
 echo "checkpoint: $checkpoint" > "$out/train.log"
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   python3 bench/stage2_throughput.py --num-envs "$workers" --render-backend "$RENDER" \
