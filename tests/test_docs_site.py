@@ -1,8 +1,11 @@
-"""The docs' table of export exclusion reasons matches the reasons the recorders can give."""
+"""What mkdocs cannot check: README.md's links, and the docs' table of exclusion reasons."""
 
 import ast
 import re
 from pathlib import Path
+
+import pytest
+from markdown.extensions.toc import slugify
 
 from recorders.provenance import ACTION_SOURCES
 
@@ -10,7 +13,29 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RECORDING_PAGE = REPO_ROOT / "docs" / "recording.md"
 RULE_MODULES = ("flywheel.py", "flywheel_rules.py", "record_format.py", "trajectory_reader.py")
 REASON_FUNCTIONS = {"task_exclusion", "_check_prediction", "_parse_line"}
+MARKDOWN_LINK = re.compile(r"\]\((?P<path>[^)#\s]*)(?:#(?P<anchor>[^)\s]+))?\)")
+HEADING = re.compile(r"^#+ (?P<title>.+)$", re.MULTILINE)
 TABLE_ROW = re.compile(r"^\| (?P<category>[a-z, ]+) \| `(?P<reason>[a-z_]+)` \|", re.MULTILINE)
+
+
+def readme_links() -> list[tuple[str, str | None]]:
+    text = (REPO_ROOT / "README.md").read_text()
+    links = [(match["path"], match["anchor"]) for match in MARKDOWN_LINK.finditer(text)]
+    return [(path, anchor) for path, anchor in links if not path.startswith("http")]
+
+
+def anchors_of(page: Path) -> set[str]:
+    """The heading ids MkDocs gives `page` (code marks dropped, as in the rendered title)."""
+    titles = (match["title"].replace("`", "") for match in HEADING.finditer(page.read_text()))
+    return {slugify(title, "-") for title in titles}
+
+
+@pytest.mark.parametrize(("path", "anchor"), readme_links())
+def test_readme_links_point_at_existing_files_and_headings(path, anchor):
+    target = REPO_ROOT / path
+    assert target.exists(), path
+    if anchor is not None:
+        assert anchor in anchors_of(target), f"{path} has no heading #{anchor}"
 
 
 def documented_reasons() -> set[str]:
