@@ -12,13 +12,18 @@ import os
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 ACTION_KEY = "actions"
 IMAGE_NAMES = ["height", "width", "channel"]
 MIN_VIDEO_SIZE_PX = 32  # LeRobot's default AV1 encoder (SVT-AV1) dies of SIGFPE below ~26 px
+SVT_LOG_VARIABLE = "SVT_LOG"
+SVT_LOG_ERRORS = "1"  # SVT-AV1 levels: 0 fatal, 1 error, 2 warning, 3 info (its default)
 
 
 def is_image(value: np.ndarray) -> bool:
@@ -92,6 +97,23 @@ def staged_output_dir(output_dir: Path) -> Iterator[Path]:
     staging.rename(output_dir)
 
 
+def quiet_dataset_writers() -> None:
+    """Keep what LeRobot's dataset writing prints to warnings and errors.
+
+    Every saved episode would print SVT-AV1's banner and configuration (~20 lines per video,
+    plus warnings about LeRobot's own encoder settings), an HF datasets progress bar, and
+    libav's info lines per video file. This sets SVT-AV1's log level to errors (`SVT_LOG`;
+    a value the user set is kept), libav's to warnings, and turns off HF datasets' progress
+    bars. It changes process-wide settings of those libraries, once per dataset created.
+    """
+    import av
+    import datasets
+
+    os.environ.setdefault(SVT_LOG_VARIABLE, SVT_LOG_ERRORS)  # read by each new encoder
+    av.logging.set_libav_level(av.logging.WARNING)
+    datasets.disable_progress_bars()
+
+
 def create_dataset(
     root: Path,
     fps: int,
@@ -99,8 +121,10 @@ def create_dataset(
     robot_type: str,
     dataset_name: str,
     image_writer_threads: int = 0,
-):
+) -> LeRobotDataset:
     """Create an empty LeRobot v3.0 dataset at `root` (which must not exist yet).
+
+    The writers print only warnings and errors (`quiet_dataset_writers`).
 
     Args:
         root: Dataset folder.
@@ -115,6 +139,7 @@ def create_dataset(
     """
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
+    quiet_dataset_writers()
     use_videos = any(spec["dtype"] == "video" for spec in features.values())
     return LeRobotDataset.create(
         repo_id=f"local/{dataset_name}",

@@ -1,1 +1,65 @@
-"""RPent package."""
+"""Everything that learns: feature models (VLAs), the RL token, Stage 1, Stage 2, composite envs.
+
+The public names load lazily (module `__getattr__`): `import rpent_agents` imports neither
+torch nor a simulator, `from rpent_agents import Stage2Learner` imports what that name needs.
+
+Example:
+    >>> from rpent_agents import PegRLTConfig
+    >>> PegRLTConfig().chunk_len
+    10
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    # the peg RLT stack and the composite RLT envs
+    "PegRLTConfig": "rpent_agents.rlt_envs",
+    "make_peg_rlt": "rpent_agents.rlt_envs",
+    "make_franka_rlt": "rpent_agents.rlt_envs",
+    "RLTStackEnv": "rpent_agents.rlt_envs",
+    "PegInsertionRLTEnv": "rpent_agents.rlt_envs",
+    "FrankaPegInsertionRLTEnv": "rpent_agents.rlt_envs",
+    # feature models and the RL token
+    "DEFAULT_CHECKPOINT_DIR": "rpent_agents.features",
+    "FeatureModel": "rpent_agents.features",
+    "PrefixFeatures": "rpent_agents.features",
+    "RLTFeaturizer": "rpent_agents.features",
+    "load_featurizer": "rpent_agents.features",
+    "BuiltinVLA": "rpent_agents.features.builtin",
+    "BuiltinVLAConfig": "rpent_agents.features.builtin",
+    "PI05FeatureModel": "rpent_agents.features.pi05",
+    "RemoteFeatureModel": "rpent_agents.features.remote",
+    "RLToken": "rpent_agents.rlt_token",
+    "RLTokenConfig": "rpent_agents.rlt_token",
+    # Stage 2 and its training on many envs
+    "RLTDims": "rpent_agents.stage2",
+    "Stage2Config": "rpent_agents.stage2",
+    "Stage2Learner": "rpent_agents.stage2",
+    "build_transition": "rpent_agents.stage2",
+    "load_weights": "rpent_agents.stage2",
+    "resume_run": "rpent_agents.stage2",
+    "save_run": "rpent_agents.stage2",
+    "FeaturizedVectorEnv": "rpent_agents.rlt_vector",
+    "make_rlt_vector_env": "rpent_agents.rlt_vector",
+    "evaluate_on_seeds": "rpent_agents.rlt_evaluation",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module that defines `name` on first access (PEP 562)."""
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # later accesses skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy exports included."""
+    return sorted(set(globals()) | set(__all__))

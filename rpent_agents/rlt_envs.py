@@ -2,7 +2,7 @@
 
 `PegRLTConfig` holds every knob of the peg RLT stack (checkpoint, chunk length, devices,
 render backend, gate mode, expert takeover, chunk limit). The composite env, the training
-workers (`rpent_agents.rlt_vector`), training (`rpent-stage2`), evaluation (`rpent-eval-base`)
+workers (`rpent_agents.rlt_vector`), training (`rpent-stage2`), evaluation (`rpent-eval-rlt`)
 and the SB3 example all read it, so each knob has one name.
 
 `RPent/PegInsertion-RLT-v0` = peg env (cameras at the checkpoint's image size) ->

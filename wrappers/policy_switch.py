@@ -16,11 +16,13 @@ label is set before the reference is asked for its chunk: a reference that logs 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
+from tqdm import tqdm
 
 from recorders.provenance import provenance_of
 from wrappers.chunking import ChunkResult, StepPolicy, execute_chunk
@@ -33,6 +35,8 @@ ChunkSource = Callable[[Any], np.ndarray | StepPolicy]
 """Reference policy: current observation -> an action chunk (H, A) or a closed-loop step policy."""
 DriverSource = Literal["vla", "actor", "expert"]
 DEFAULT_HORIZON = 10
+RESET_PROGRESS_DELAY_S = 5.0
+"""A drop-in reset running longer than this shows a progress bar (chunks, episodes) on stderr."""
 SWITCH_INFO_KEYS: tuple[str, ...] = (
     "rlt_switch_flags",
     "rlt_policy_switch_event",
@@ -208,19 +212,34 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _skip_to_actor(self) -> tuple[Any, dict[str, Any]]:
         skipped_chunks, skipped_reward, ended_episodes = 0, 0.0, 0
-        while self._episode_over or self.next_action_source != "actor":
-            if self._episode_over:
-                ended_episodes += 1
-                if ended_episodes > self.max_skipped_episodes:
-                    raise RuntimeError(
-                        f"the actor got no control in {self.max_skipped_episodes} episodes; "
-                        "check the trigger's conditions or raise max_skipped_episodes"
-                    )
-                self._reset_episode(None, None)
-                continue
-            result, _ = self._run_chunk(actor_action=None)
-            skipped_chunks += 1
-            skipped_reward += result.reward
+        started_s = time.monotonic()
+        with tqdm(
+            desc="reset: other drivers run until the actor's turn",
+            unit=" chunks",
+            delay=RESET_PROGRESS_DELAY_S,
+            leave=False,
+        ) as progress:
+            while self._episode_over or self.next_action_source != "actor":
+                if self._episode_over:
+                    ended_episodes += 1
+                    if ended_episodes > self.max_skipped_episodes:
+                        raise RuntimeError(
+                            f"the actor got no control in {self.max_skipped_episodes} episodes; "
+                            "check the trigger's conditions or raise max_skipped_episodes"
+                        )
+                    self._reset_episode(None, None)
+                    progress.set_postfix(episodes_ended=ended_episodes, refresh=False)
+                    continue
+                result, _ = self._run_chunk(actor_action=None)
+                skipped_chunks += 1
+                skipped_reward += result.reward
+                progress.update()
+        elapsed_s = time.monotonic() - started_s
+        if elapsed_s > RESET_PROGRESS_DELAY_S:
+            logger.info(
+                "reset ran %d chunks (%d episodes ended) in %.0f s before the actor's turn",
+                skipped_chunks, ended_episodes, elapsed_s,
+            )  # fmt: skip
         info = {**self._info, "skipped_chunks": skipped_chunks, "skipped_reward": skipped_reward}
         return self._observation, info
 

@@ -7,8 +7,8 @@ critical-phase chunks become replay transitions, finished episodes restart; peri
 evaluations on the same seeds, checkpoints and results.
 
     rpent-stage2 reference --output-dir runs/rlt_peg
-    rpent-stage2 peg-fast --output-dir runs/rlt_fast --env.render-backend gpu --max-minutes 9
-    rpent-stage2 peg-fast --output-dir runs/rlt_fast --resume --max-minutes 9
+    rpent-stage2 sample-efficient --output-dir runs/rlt_fast --env.render-backend gpu
+    rpent-stage2 sample-efficient --output-dir runs/rlt_fast --resume --max-minutes 9
 
 --output-dir gets results.json (base success, eval curve, env steps, wall time),
 success_curve.png, tensorboard/ and run/ (the checkpoint `--resume` continues from); the

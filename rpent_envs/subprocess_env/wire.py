@@ -46,7 +46,7 @@ def _to_tree(value: Any, buffers: list[np.ndarray], path: str) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             raise TypeError(f"{path}: arrays of Python objects cannot be sent; use numbers")
-        buffers.append(np.ascontiguousarray(value))
+        buffers.append(np.asarray(value, order="C"))  # ascontiguousarray makes 0-d 1-d
         return {ARRAY_TAG: len(buffers) - 1}
     if isinstance(value, dict):
         tree = {}

@@ -239,14 +239,16 @@ def test_wire_round_trip_of_unusual_arrays_and_refusals():
         "empty": np.zeros((0, 3), np.float32),
         "strided": np.arange(24, dtype=np.int16).reshape(4, 6)[:, ::2],
         "big_endian": np.array([1.5, -2.0], dtype=">f8"),
+        "zero_dim": np.asarray(np.int64(1)),  # e.g. a Discrete action from space.sample()
         "scalars": [np.float32(0.5), np.int64(7), np.bool_(True)],
         "nested": {"text": "ok", "tuple": (1, None)},
     }
     sender.send(message)
     received = receiver.receive(timeout_s=5)
-    for key in ("empty", "strided", "big_endian"):
+    for key in ("empty", "strided", "big_endian", "zero_dim"):
         np.testing.assert_array_equal(received[key], message[key])
         assert received[key].dtype == message[key].dtype
+        assert received[key].shape == message[key].shape
     assert received["scalars"] == [0.5, 7, True]
     assert received["nested"] == {"text": "ok", "tuple": [1, None]}
     with pytest.raises(TypeError, match=r"message\.bad: dict key 1 is not a str"):

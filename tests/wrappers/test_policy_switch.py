@@ -1,5 +1,6 @@
 """PolicySwitch on the real peg env (state observations), with the scripted expert as reference."""
 
+import logging
 import math
 
 import gymnasium as gym
@@ -9,6 +10,7 @@ import pytest
 import rpent_envs
 from recorders.trajectory import TrajectoryReader
 from rpent_envs.maniskill.expert import PegInsertionExpert
+from wrappers import policy_switch
 from wrappers.policy_switch import SWITCH_INFO_KEYS, PolicySwitch
 from wrappers.record import RecordTrajectory
 from wrappers.takeover import ExpertTakeover, as_step_policy
@@ -289,6 +291,15 @@ def test_drop_in_mode_is_reproducible_and_passes_the_sb3_checker(log):
     # the API check itself needs no skipping: the actor drives from the start
     always_on = AutoGate(trigger_mode="always_on")
     check_env(PolicySwitch(log, always_on, reference=expert_reference(log), skip_inactive=True))
+
+
+def test_a_long_drop_in_reset_shows_its_progress(log, monkeypatch, capsys, caplog):
+    monkeypatch.setattr(policy_switch, "RESET_PROGRESS_DELAY_S", 0.0)  # every reset is long
+    switch = PolicySwitch(log, AutoGate(), reference=expert_reference(log), skip_inactive=True)
+    with caplog.at_level(logging.INFO, logger="wrappers.policy_switch"):
+        _, info = switch.reset(seed=4)
+    assert "reset: other drivers run until the actor's turn" in capsys.readouterr().err
+    assert f"reset ran {info['skipped_chunks']} chunks (0 episodes ended)" in caplog.text
 
 
 def test_bad_inputs_are_refused(log):

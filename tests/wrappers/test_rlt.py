@@ -114,7 +114,7 @@ def test_bad_configurations_are_refused(rlt_env):
     with pytest.raises(ValueError, match="expected"):
         rlt_env.step(np.zeros(3, np.float32))
     state_only = gym.make(rpent_envs.PEG_INSERTION_ID, obs_mode="state")
-    wide = gym.wrappers.RescaleAction(state_only, -2.0, 2.0)
+    wide = gym.wrappers.RescaleAction(state_only, np.float32(-2.0), np.float32(2.0))
     with pytest.raises(ValueError, match="Box\\(-1, 1"):
         RLTObservation(wide, rlt_env.feature_model, chunk_len=H)
     state_only.close()
