@@ -93,6 +93,18 @@ def styled_key(key: str, image: bool, key_style: KeyStyle) -> str:
     return LEROBOT_STATE_KEY if key == "state" else LEROBOT_OBSERVATION_PREFIX + key
 
 
+def rpent_key(dataset_key: str) -> str:
+    """The rpent name of a feature of a dataset of either key style (`styled_key` inverted)."""
+    if dataset_key == LEROBOT_ACTION_KEY:
+        return ACTION_KEY
+    if dataset_key == LEROBOT_STATE_KEY:
+        return "state"
+    for prefix in (LEROBOT_IMAGES_PREFIX, LEROBOT_OBSERVATION_PREFIX):
+        if dataset_key.startswith(prefix):
+            return dataset_key[len(prefix) :]
+    return dataset_key
+
+
 def styled_keys(features: Mapping[str, Mapping[str, Any]], key_style: KeyStyle) -> dict[str, str]:
     """The dataset name (value) of every feature (key) of a `dataset_features` spec."""
     return {
