@@ -5,13 +5,14 @@
     rpent-run --env RPent/Libero-v0 --env-kwargs '{"suite": "libero_goal", "task_id": 8}' \
         --policy expert --seeds 0 1 --record-trajectory --output-dir runs/libero
 
-Each episode runs chunk by chunk (`rpent_agents.run_policies` decides each chunk). Before a
-chunk executes, its decision goes to the provenance channel: a tool call named after its
-source (`vla` or `actor`) with the env's instruction as argument, a prediction of the
-deciding model inside that call, and the label of the chunk's actions (source, call id,
-prediction id). With `--record-trajectory`, `RecordTrajectory` writes those records under
-`O/trajectories/`, so `rpent-flywheel` exports the VLA chunks of successful episodes under its
-default rules, and the actor's chunks with `--include-sources actor`.
+Each episode runs chunk by chunk (`rpent_agents.run_policies` decides each chunk,
+`rpent_agents.run_episodes` logs and executes it, in `--num-workers` processes). Before a chunk
+executes, its decision goes to the provenance channel: a tool call named after its source
+(`vla` or `actor`) with the env's instruction as argument, a prediction of the deciding model
+inside that call, and the label of the chunk's actions (source, call id, prediction id). With
+`--record-trajectory`, `RecordTrajectory` writes those records under `O/trajectories/`, so
+`rpent-flywheel` exports the VLA chunks of successful episodes under its default rules, and
+the actor's chunks with `--include-sources actor`.
 
 The success summary (the env's verdict `info["success"]` at each episode's end) is printed as
 JSON and written to `O/run_summary.json` with every episode's seed, verdict, steps and chunks.
@@ -19,9 +20,9 @@ JSON and written to `O/run_summary.json` with every episode's seed, verdict, ste
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,12 +32,11 @@ import tyro
 from tqdm import tqdm
 
 import rpent_envs
-from recorders.provenance import provenance_of
 from recorders.record_format import write_json_atomic
 from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.run_episodes import EpisodeOutcome, run_episodes
 from rpent_agents.run_policies import ActorPolicy, ChunkPolicy, ExpertPolicy, VLAPolicy
-from wrappers.chunking import ChunkResult, execute_chunk
-from wrappers.record import RecordTrajectory, environment_verdict
+from wrappers.record import RecordTrajectory
 from wrappers.triggers import TriggerMode
 
 logger = logging.getLogger(__name__)
@@ -77,25 +77,9 @@ class RunArgs:
     """Run folder of the records and run_summary.json (needed with --record-trajectory)."""
     robot: str | None = None
     """Robot name in the records; None: the env's (panda for peg and LIBERO, franka)."""
-
-
-@dataclass
-class EpisodeOutcome:
-    """One episode of a run.
-
-    Attributes:
-        seed: Its reset seed.
-        success: The env's verdict at its end (None when the env gives none).
-        steps: Steps it ran.
-        chunks: Chunks it ran, by source ("vla", "actor").
-        task_dir: Its trajectory folder when recorded.
-    """
-
-    seed: int
-    success: bool | None
-    steps: int
-    chunks: dict[str, int]
-    task_dir: str | None = None
+    num_workers: int = 1
+    """Processes running episodes, each with its own env and policy (1: this process); the
+    records of every worker go to the same run folder."""
 
 
 @dataclass
@@ -105,7 +89,8 @@ class RunSummary:
     env: str
     env_kwargs: dict[str, Any]
     policy: str
-    model: str
+    checkpoint: Path | None
+    stage2_run: Path | None
     episodes: list[EpisodeOutcome] = field(default_factory=list)
 
     @property
@@ -120,7 +105,8 @@ class RunSummary:
             "env": self.env,
             "env_kwargs": self.env_kwargs,
             "policy": self.policy,
-            "model": self.model,
+            "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+            "stage2_run": str(self.stage2_run) if self.stage2_run else None,
             "episodes": len(self.episodes),
             "successes": len(successful),
             "success_rate": len(successful) / len(self.episodes) if self.episodes else None,
@@ -142,6 +128,8 @@ def check_args(args: RunArgs) -> dict[str, Any]:
     env_kwargs = json.loads(args.env_kwargs)
     if not isinstance(env_kwargs, dict):
         raise ValueError(f"--env-kwargs {args.env_kwargs!r}: give a JSON object")
+    if args.num_workers < 1:
+        raise ValueError(f"--num-workers {args.num_workers}: use 1 or more")
     if not args.seeds or len(set(args.seeds)) != len(args.seeds):
         raise ValueError(f"--seeds {args.seeds}: give distinct seeds, at least one")
     if args.record_trajectory and args.output_dir is None:
@@ -174,63 +162,25 @@ def make_policy(args: RunArgs, env: gym.Env) -> ChunkPolicy:
     return ActorPolicy.on_peg_stack(env, config, args.stage2_run)
 
 
-def instruction_of(env: gym.Env, info: dict[str, Any]) -> str:
-    """The env's language instruction (`info["task"]` or `task_description`).
+def open_run(args: RunArgs, env: gym.Env | None = None) -> tuple[gym.Env, ChunkPolicy]:
+    """The env (under RecordTrajectory when recording) and the policy of one process.
 
-    Raises:
-        ValueError: When the env gives none (a prediction needs one to be exported).
+    Args:
+        args: The run's options.
+        env: A raw env to use instead of `gym.make(args.env, **env_kwargs)`.
     """
-    instruction = info.get("task") or getattr(env.unwrapped, "task_description", None)
-    if not isinstance(instruction, str) or not instruction.strip():
-        raise ValueError(
-            f"env {env.spec.id if env.spec else env} gives no instruction (info['task'] or"
-            " task_description); a prediction needs one"
-        )
-    return instruction
-
-
-def run_chunk(
-    env: gym.Env, policy: ChunkPolicy, observation: Any, instruction: str, horizon: int
-) -> tuple[ChunkResult, str]:
-    """Decide, log and execute one chunk; returns its result and its source.
-
-    The decision is logged before its first action executes: a tool call named after the
-    source with the instruction, a prediction of the deciding model in that call, and the
-    label of the actions that follow.
-    """
-    decision = policy.decide(observation, instruction)
-    log = provenance_of(env)
-    call_id = log.tool_call(decision.source, {"instruction": instruction})
-    prediction_id = log.prediction(call_id, instruction, decision.model, decision.source)
-    log.set_action_source(decision.source, call_id=call_id, prediction_id=prediction_id)
-    result = execute_chunk(env, observation, decision.chunk, horizon)
-    log.tool_result(call_id, {"steps": len(result.rewards), "done": result.done})
-    policy.observe(result)
-    return result, decision.source
-
-
-def run_episode(env: gym.Env, policy: ChunkPolicy, seed: int, chunk_len: int) -> EpisodeOutcome:
-    """Run one episode of `policy` from `env.reset(seed=seed)` to its end."""
-    observation, info = env.reset(seed=seed)
-    task_dir = env.task_dir if isinstance(env, RecordTrajectory) else None
-    instruction = instruction_of(env, info)
-    policy.reset()
-    chunks: Counter[str] = Counter()
-    steps = 0
-    while True:
-        result, source = run_chunk(env, policy, observation, instruction, chunk_len)
-        chunks[source] += 1
-        steps += len(result.rewards)
-        if result.done:
-            break
-        observation = result.observation
-    return EpisodeOutcome(
-        seed=seed,
-        success=environment_verdict(result.info),
-        steps=steps,
-        chunks=dict(chunks),
-        task_dir=str(task_dir) if task_dir is not None else None,
-    )
+    if env is None:
+        env_kwargs = json.loads(args.env_kwargs)
+        env = gym.make(args.env, max_episode_steps=args.max_episode_steps, **env_kwargs)
+    if args.record_trajectory:
+        robot = args.robot or ROBOTS.get(args.env)
+        planner = {"kind": "rpent-run", "policy": args.policy}
+        env = RecordTrajectory(env, args.output_dir, robot=robot, planner=planner)
+    try:
+        return env, make_policy(args, env)
+    except BaseException:
+        env.close()
+        raise
 
 
 def run_policy(args: RunArgs, env: gym.Env | None = None) -> RunSummary:
@@ -243,23 +193,21 @@ def run_policy(args: RunArgs, env: gym.Env | None = None) -> RunSummary:
 
     Returns:
         The summary (also in `output_dir/run_summary.json` when an output folder is given).
+
+    Raises:
+        ValueError: For options that do not fit together, or an env that does not fit the
+            policy.
     """
     env_kwargs = check_args(args)
-    if env is None:
-        env = gym.make(args.env, max_episode_steps=args.max_episode_steps, **env_kwargs)
-    if args.record_trajectory:
-        robot = args.robot or ROBOTS.get(args.env)
-        planner = {"kind": "rpent-run", "policy": args.policy}
-        env = RecordTrajectory(env, args.output_dir, robot=robot, planner=planner)
-    try:
-        policy = make_policy(args, env)
-        summary = RunSummary(args.env, env_kwargs, args.policy, getattr(policy, "model", ""))
-        with tqdm(args.seeds, desc=f"{args.policy} episodes") as progress:
-            for seed in progress:
-                summary.episodes.append(run_episode(env, policy, seed, args.chunk_len))
-                progress.set_postfix(successes=len(summary.successful_seeds))
-    finally:
-        env.close()
+    if env is not None and args.num_workers > 1:
+        raise ValueError("an env object runs in this process only: use num_workers=1")
+    summary = RunSummary(args.env, env_kwargs, args.policy, args.checkpoint, args.stage2_run)
+    opener = functools.partial(open_run, args, env)
+    episodes = run_episodes(opener, args.seeds, args.chunk_len, args.num_workers)
+    with tqdm(episodes, total=len(args.seeds), desc=f"{args.policy} episodes") as progress:
+        for outcome in progress:
+            summary.episodes.append(outcome)
+            progress.set_postfix(successes=len(summary.successful_seeds))
     if args.output_dir is not None:
         args.output_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(args.output_dir / SUMMARY_FILE, summary.to_json())

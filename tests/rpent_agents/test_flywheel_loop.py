@@ -27,7 +27,7 @@ def command(module, *arguments):
 def loop(tmp_path_factory):
     root = tmp_path_factory.mktemp("loop")
     summary = command(
-        "rpent_agents.run_policy", "--policy", "expert", "--seeds", 0, 1,
+        "rpent_agents.run_policy", "--policy", "expert", "--seeds", 0, 1, "--num-workers", 2,
         "--env-kwargs", PEG_KWARGS, "--record-trajectory", "--output-dir", root / "run",
     )  # fmt: skip
     command(
@@ -46,8 +46,12 @@ def loop(tmp_path_factory):
 def test_the_recorded_run_exports_and_reloads_with_lerobot(loop):
     root, summary, _ = loop
     assert summary["successes"] == 2 and summary["successful_seeds"] == [0, 1]
-    report = json.loads((root / "export" / "report.json").read_text())
+    outcomes = json.loads((root / "run" / "run_summary.json").read_text())["episode_outcomes"]
     task_dirs = sorted((root / "run" / "trajectories").iterdir())
+    assert sorted(outcome["task_dir"] for outcome in outcomes) == [str(d) for d in task_dirs]
+    for task_dir in task_dirs:  # every worker finished its task with the env's verdict
+        assert json.loads((task_dir / "task.json").read_text())["result"]["environment_success"]
+    report = json.loads((root / "export" / "report.json").read_text())
     recorded = [
         record
         for task_dir in task_dirs

@@ -199,6 +199,7 @@ def test_an_env_that_does_not_fit_the_checkpoint_is_refused(peg_checkpoint, tmp_
         (dict(policy="expert", checkpoint="c"), "--checkpoint is read by --policy vla"),
         (dict(seeds=[1, 1]), "give distinct seeds"),
         (dict(env_kwargs="[1]"), "give a JSON object"),
+        (dict(num_workers=0), "--num-workers 0: use 1 or more"),
     ],
 )
 def test_options_that_do_not_fit_are_refused(overrides, message):
@@ -222,7 +223,7 @@ def test_the_cli_runs_the_libero_expert_as_the_vla_stand_in(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
-    assert (summary["successes"], summary["model"]) == (1, "scripted-expert-as-vla:LiberoExpert")
+    assert (summary["successes"], summary["policy"], summary["checkpoint"]) == (1, "expert", None)
     (task_dir,) = (tmp_path / "run" / "trajectories").iterdir()
     predictions = records(task_dir, "predictions.jsonl")
     assert {p["model"] for p in predictions} == {"scripted-expert-as-vla:LiberoExpert"}
