@@ -105,7 +105,9 @@ def run_episode(env: gym.Env, policy: ChunkPolicy, seed: int, chunk_len: int) ->
     )
 
 
-def _episodes_here(open_run: RunOpener, seeds: Sequence[int], chunk_len: int) -> Iterator:
+def _episodes_here(
+    open_run: RunOpener, seeds: Sequence[int], chunk_len: int
+) -> Iterator[EpisodeOutcome]:
     env, policy = open_run()
     try:
         for seed in seeds:

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from test_franka_rlt_env import SolidColourCamera
 
 import rpent_envs
 from recorders.flywheel import export_flywheel
@@ -143,17 +144,6 @@ def test_actor_chunks_are_linked_to_actor_predictions_and_export_on_request(
         tmp_path / "run", tmp_path / "with_actor", use_videos=False, include_sources=("actor",)
     )
     assert (with_actor.frames, with_actor.episodes) == (20, 1)
-
-
-class SolidColourCamera:
-    def __init__(self, size):
-        self.size = size
-
-    def read_rgb(self):
-        return np.full((self.size, self.size, 3), 128, np.uint8)
-
-    def close(self):
-        pass
 
 
 def franka_env(**overrides):
