@@ -3,6 +3,10 @@
 `rpent-flywheel --input-root R --output-dir O [--image-writer-threads N]` writes `O/train/`
 (only when something is eligible) and `O/report.json`, and prints the report's counts and
 exclusions. Exit status 0 on success, 1 with a message naming the problem otherwise.
+
+`--include-sources actor` also exports the RL actor's executed actions (the actor-data
+flywheel; docs/flywheel.md says how they are linked); `--key-style lerobot` names the features
+`observation.images.*`, `observation.state` and `action` for LeRobot's own policies.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import tyro
 
 from recorders.flywheel import MixedRecordsError, export_flywheel
+from recorders.lerobot_io import KeyStyle
 
 
 @dataclass
@@ -29,6 +35,12 @@ class FlywheelArgs:
     """LeRobot image writer threads (0: one image at a time, in the exporting thread)."""
     use_videos: bool = True
     """Store camera images as MP4 videos (True) or PNG frames (False)."""
+    include_sources: tuple[Literal["actor"], ...] = ()
+    """Sources exported besides the VLA's: `actor` adds the RL actor's executed actions,
+    each linked to the actor's prediction in its own `actor` tool call."""
+    key_style: KeyStyle = "rpent"
+    """Feature names: "rpent" (image, wrist_image, state, actions: the OpenPI/RLinf data
+    configs) or "lerobot" (observation.images.*, observation.state, action)."""
 
 
 def main() -> None:
@@ -41,6 +53,8 @@ def main() -> None:
             args.output_dir,
             image_writer_threads=args.image_writer_threads,
             use_videos=args.use_videos,
+            include_sources=args.include_sources,
+            key_style=args.key_style,
         )
     except (FileExistsError, FileNotFoundError, MixedRecordsError, ValueError) as error:
         raise SystemExit(f"rpent-flywheel: {error}") from error

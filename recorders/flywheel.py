@@ -4,6 +4,10 @@ Successful, VLA-driven actions of trajectory records become a LeRobot v3.0 datas
 `O/train/`, and `O/report.json` counts every exclusion by reason. The raw records are only
 read. `O` must not exist and appears only when complete (it is built in a hidden temporary
 sibling and renamed at the end). With nothing eligible, `O` holds only the report.
+
+Opt in: `include_sources=("actor",)` also exports the RL actor's executed actions (linked to
+the actor's predictions, `recorders.flywheel_rules`); `key_style="lerobot"` names the features
+as LeRobot's policies expect (`recorders.lerobot_io`).
 """
 
 from __future__ import annotations
@@ -26,13 +30,23 @@ from tqdm import tqdm
 
 from recorders import record_format as fmt
 from recorders.flywheel_rules import (
+    DEFAULT_SOURCES,
     VERDICT_REASONS,
     KeptAction,
     contiguous_runs,
+    exported_sources,
     select_actions,
     task_exclusion,
 )
-from recorders.lerobot_io import ACTION_KEY, create_dataset, dataset_features, staged_output_dir
+from recorders.lerobot_io import (
+    ACTION_KEY,
+    KEY_STYLES,
+    KeyStyle,
+    create_dataset,
+    dataset_features,
+    staged_output_dir,
+    styled_keys,
+)
 from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
 
 logger = logging.getLogger(__name__)
@@ -86,6 +100,8 @@ class ExportReport:
 
     input_root: str
     output_dir: str
+    sources: tuple[str, ...] = DEFAULT_SOURCES
+    key_style: KeyStyle = "rpent"
     dataset_dir: str | None = None
     env_id: str | None = None
     robot: str | None = None
@@ -116,6 +132,8 @@ class ExportReport:
         return {
             "input_root": self.input_root,
             "output_dir": self.output_dir,
+            "sources": list(self.sources),
+            "key_style": self.key_style,
             "dataset_dir": self.dataset_dir,
             "env_id": self.env_id,
             "robot": self.robot,
@@ -222,6 +240,7 @@ class _DatasetSink:
         self.threads = threads
         self.dataset = None
         self.signature: dict[str, tuple[tuple[int, ...], str]] | None = None
+        self.dataset_keys: dict[str, str] = {}  # frame key -> feature name in the key style
 
     def check(self, frame: dict[str, Any]) -> None:
         """Raise RecordError("observation_mismatch") when `frame` differs from the first."""
@@ -241,16 +260,17 @@ class _DatasetSink:
             features = dataset_features(
                 observation, len(frames[0][ACTION_KEY]), use_videos=self.use_videos
             )
+            self.dataset_keys = styled_keys(features, self.report.key_style)
             self.dataset = create_dataset(
                 self.root,
                 self.report.fps,
-                features,
+                {self.dataset_keys[key]: spec for key, spec in features.items()},
                 robot_type=self.report.robot or "unknown",
                 dataset_name=Path(self.report.output_dir).name,
                 image_writer_threads=self.threads,
             )
         for frame in frames:
-            self.dataset.add_frame(frame)
+            self.dataset.add_frame({self.dataset_keys.get(k, k): v for k, v in frame.items()})
         self.dataset.save_episode()
 
     def abort(self) -> None:
@@ -300,7 +320,10 @@ def _export_task(item: _Task, sink: _DatasetSink, pool: ThreadPoolExecutor) -> N
         outcome.reason = "actions_file_missing"
         return
     selection = select_actions(
-        reader.read_records(fmt.PLANNERS_FILE), reader.read_records(fmt.PREDICTIONS_FILE), actions
+        reader.read_records(fmt.PLANNERS_FILE),
+        reader.read_records(fmt.PREDICTIONS_FILE),
+        actions,
+        sink.report.sources,
     )
     outcome.actions_seen = selection.actions_seen
     outcome.excluded_actions = selection.excluded_actions
@@ -329,6 +352,8 @@ def export_flywheel(
     output_dir: str | os.PathLike[str],
     image_writer_threads: int = 0,
     use_videos: bool = True,
+    include_sources: tuple[str, ...] = (),
+    key_style: KeyStyle = "rpent",
 ) -> ExportReport:
     """Export the successful, VLA-driven actions under `input_root` to `output_dir`.
 
@@ -338,6 +363,10 @@ def export_flywheel(
         image_writer_threads: LeRobot image writer threads (0: one image at a time); as many
             threads (at least one) decode the recorded images ahead of the writer.
         use_videos: Store camera images as MP4 videos (True) or PNG frames (False).
+        include_sources: Sources exported besides the VLA's: ("actor",) adds the RL actor's
+            executed actions (the actor-data flywheel); () keeps the default rules.
+        key_style: Feature names: "rpent" (`image`, `state`, `actions`, ...) or "lerobot"
+            (`observation.images.image`, `observation.state`, `action`, ...).
 
     Returns:
         The report (also written to `output_dir/report.json`).
@@ -346,8 +375,12 @@ def export_flywheel(
         FileExistsError: When `output_dir` exists.
         FileNotFoundError: When `input_root` is not a folder.
         MixedRecordsError: When the records mix envs, robots or control rates.
-        ValueError: When `output_dir` lies inside `input_root`.
+        ValueError: When `output_dir` lies inside `input_root`, or for a source that cannot
+            be included.
     """
+    sources = exported_sources(tuple(include_sources))
+    if key_style not in KEY_STYLES:
+        raise ValueError(f"key_style={key_style!r}: use one of {KEY_STYLES}")
     input_root, output_dir = Path(input_root).resolve(), Path(output_dir).resolve()
     if output_dir.is_relative_to(input_root):
         raise ValueError(
@@ -356,7 +389,7 @@ def export_flywheel(
         )
     if output_dir.exists():
         raise FileExistsError(f"output dir {output_dir} already exists; choose a new path")
-    report = ExportReport(input_root=str(input_root), output_dir=str(output_dir))
+    report = ExportReport(str(input_root), str(output_dir), sources, key_style)
     tasks = _read_tasks(input_root, report)
     _check_one_robot(tasks, report)
     with staged_output_dir(output_dir) as staging:

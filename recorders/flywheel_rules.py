@@ -4,6 +4,11 @@ A task is exported only when `result.environment_success` is exactly true. An ac
 only when it is a VLA action uniquely linked to a valid prediction (an existing tool call,
 a non-empty instruction, the same call id as the action). Every record that is dropped gets one
 named reason, the first rule it breaks; the reasons are the keys of the export report.
+
+The actor-data flywheel is opt in: with "actor" among the exported sources, an action of the
+RL actor is kept under the same rules, linked to a prediction whose `source` is "actor" (the
+actor's prediction in its own tool call). A prediction's source must be its actions' source; a
+prediction record without one is a VLA prediction, as every record written before the field.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from recorders.provenance import ACTION_SOURCES
+from recorders.provenance import ACTION_SOURCES, PREDICTION_SOURCES
 from recorders.record_format import SCHEMA_VERSION, JsonlContents, float_from_json
 
 VERDICT_REASONS = (
@@ -24,6 +29,8 @@ VERDICT_REASONS = (
     "environment_success_not_bool",
 )
 """Task reasons of a well-formed `task.json` whose env verdict is not exactly true."""
+DEFAULT_SOURCES = ("vla",)
+"""Sources exported by default: VLA actions only (DESIGN.md §7)."""
 
 
 class Rejected(Exception):
@@ -37,7 +44,7 @@ class Rejected(Exception):
 
 @dataclass
 class KeptAction:
-    """An executed VLA action that passed every record rule (its images are not read yet)."""
+    """An executed action of an exported source that passed every record rule (images unread)."""
 
     step: int
     action: np.ndarray
@@ -95,6 +102,24 @@ def task_exclusion(task: dict[str, Any]) -> str | None:
     return None
 
 
+def exported_sources(include_sources: tuple[str, ...]) -> tuple[str, ...]:
+    """The exported action sources: the VLA's and the included ones.
+
+    Raises:
+        ValueError: For a source whose actions are not linked to predictions (only "actor"
+            can be included).
+    """
+    extra = [source for source in PREDICTION_SOURCES if source not in DEFAULT_SOURCES]
+    unknown = [source for source in include_sources if source not in extra]
+    if unknown:
+        raise ValueError(
+            f"include_sources={list(include_sources)}: {unknown} cannot be exported; only"
+            f" {extra} can be included (sources whose actions execute a logged prediction;"
+            f" {list(DEFAULT_SOURCES)} is always exported)"
+        )
+    return (*DEFAULT_SOURCES, *(source for source in extra if source in include_sources))
+
+
 def _count_lines(contents: JsonlContents, counter: Counter[str]) -> None:
     for _, reason in contents.problems:
         counter[reason] += 1
@@ -128,8 +153,11 @@ def _check_prediction(record: dict[str, Any], tool_calls: set[str]) -> str | Non
             return "wrong_type"
         call_id = _require(record, "call_id", (str, type(None)))
         instruction = _require(record, "instruction", str)
+        source = _require(record, "source", str) if "source" in record else "vla"
     except Rejected as rejected:
         return rejected.reason
+    if source not in PREDICTION_SOURCES:
+        return "source_unknown"
     if call_id is None:
         return "no_tool_call"
     if call_id not in tool_calls:
@@ -178,11 +206,14 @@ def _parse_action(record: dict[str, Any]) -> tuple[int, np.ndarray]:
 
 
 def _link_prediction(
-    record: dict[str, Any], step: int, predictions: dict[str, dict[str, Any] | str]
+    record: dict[str, Any],
+    step: int,
+    predictions: dict[str, dict[str, Any] | str],
+    sources: tuple[str, ...],
 ) -> tuple[str, int, str]:
-    """(prediction id, index, instruction) of a VLA action, or Rejected."""
+    """(prediction id, index, instruction) of an action of an exported source, or Rejected."""
     source = record["source"]
-    if source != "vla":
+    if source not in sources:
         if source is None:
             raise Rejected("source_unlabeled")
         raise Rejected(f"source_{source}" if source in ACTION_SOURCES else "source_unknown")
@@ -198,6 +229,8 @@ def _link_prediction(
         raise Rejected("prediction_unknown")
     if isinstance(prediction, str):
         raise Rejected(f"prediction_{prediction}")
+    if prediction.get("source", "vla") != source:
+        raise Rejected("prediction_of_other_source")
     if prediction["call_id"] != call_id:
         raise Rejected("prediction_in_other_tool_call")
     if prediction["step"] > step:
@@ -206,7 +239,10 @@ def _link_prediction(
 
 
 def select_actions(
-    planners: JsonlContents, predictions: JsonlContents, actions: JsonlContents
+    planners: JsonlContents,
+    predictions: JsonlContents,
+    actions: JsonlContents,
+    sources: tuple[str, ...] = DEFAULT_SOURCES,
 ) -> ActionSelection:
     """Apply the action rules to the records of one successful task.
 
@@ -214,6 +250,8 @@ def select_actions(
         planners: Lines of `planners.jsonl`.
         predictions: Lines of `predictions.jsonl`.
         actions: Lines of `actions.jsonl`.
+        sources: Action sources to keep, each linked to a prediction of its own source
+            (members of `PREDICTION_SOURCES`).
 
     Returns:
         Kept actions in step order and every dropped record counted by reason.
@@ -237,7 +275,9 @@ def select_actions(
         try:
             if step_counts[step] > 1:
                 raise Rejected("duplicate_step")
-            prediction_id, index, instruction = _link_prediction(record, step, prediction_index)
+            prediction_id, index, instruction = _link_prediction(
+                record, step, prediction_index, sources
+            )
         except Rejected as rejected:
             selection.excluded_actions[rejected.reason] += 1
             continue

@@ -2,7 +2,10 @@
 
 Both `rpent-collect` (live expert episodes) and `rpent-flywheel` (recorded trajectories) write
 through here, so every RPent dataset uses the same feature names: the env's observation keys
-(`image`, `wrist_image`, `state`, ...) plus `actions`, with the instruction as the frame's task.
+(`image`, `wrist_image`, `state`, ...) plus `actions`, with the instruction as the frame's task
+(the "rpent" key style, as the OpenPI and RLinf data configs read them). The "lerobot" key
+style renames them to what LeRobot's own policies look for: `observation.images.<key>`,
+`observation.state`, `observation.<key>` and `action`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -20,6 +23,14 @@ if TYPE_CHECKING:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 ACTION_KEY = "actions"
+KeyStyle = Literal["rpent", "lerobot"]
+KEY_STYLES: tuple[str, ...] = ("rpent", "lerobot")
+# LeRobot's names (lerobot.utils.constants ACTION, OBS_STATE, OBS_IMAGES, OBS_STR), spelled
+# out so that writing the rpent style never imports lerobot.
+LEROBOT_ACTION_KEY = "action"
+LEROBOT_STATE_KEY = "observation.state"
+LEROBOT_IMAGES_PREFIX = "observation.images."
+LEROBOT_OBSERVATION_PREFIX = "observation."
 IMAGE_NAMES = ["height", "width", "channel"]
 MIN_VIDEO_SIZE_PX = 32  # LeRobot's default AV1 encoder (SVT-AV1) dies of SIGFPE below ~26 px
 SVT_LOG_VARIABLE = "SVT_LOG"
@@ -68,6 +79,43 @@ def dataset_features(
             )
     features[ACTION_KEY] = {"dtype": "float32", "shape": (action_dim,), "names": None}
     return features
+
+
+def styled_key(key: str, image: bool, key_style: KeyStyle) -> str:
+    """The dataset name of the frame key `key` (an observation key or `actions`).
+
+    Args:
+        key: The rpent name: an env observation key or `ACTION_KEY`.
+        image: Whether the key holds camera images.
+        key_style: "rpent" (names unchanged) or "lerobot" (see the module doc).
+    """
+    if key_style == "rpent":
+        return key
+    if key == ACTION_KEY:
+        return LEROBOT_ACTION_KEY
+    if image:
+        return LEROBOT_IMAGES_PREFIX + key
+    return LEROBOT_STATE_KEY if key == "state" else LEROBOT_OBSERVATION_PREFIX + key
+
+
+def rpent_key(dataset_key: str) -> str:
+    """The rpent name of a feature of a dataset of either key style (`styled_key` inverted)."""
+    if dataset_key == LEROBOT_ACTION_KEY:
+        return ACTION_KEY
+    if dataset_key == LEROBOT_STATE_KEY:
+        return "state"
+    for prefix in (LEROBOT_IMAGES_PREFIX, LEROBOT_OBSERVATION_PREFIX):
+        if dataset_key.startswith(prefix):
+            return dataset_key[len(prefix) :]
+    return dataset_key
+
+
+def styled_keys(features: Mapping[str, Mapping[str, Any]], key_style: KeyStyle) -> dict[str, str]:
+    """The dataset name (value) of every feature (key) of a `dataset_features` spec."""
+    return {
+        key: styled_key(key, spec["dtype"] in ("image", "video"), key_style)
+        for key, spec in features.items()
+    }
 
 
 @contextlib.contextmanager

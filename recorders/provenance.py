@@ -9,6 +9,10 @@ The log labels actions *before* they execute: `set_action_source` says who drive
 each executed action is recorded with the current label and, for VLA actions, its index within
 the prediction advances by one per executed action. Predicted actions that never execute are
 never written, because only executed actions are recorded.
+
+A prediction is made by a VLA (`vla_prediction`) or, in the actor-data flywheel, by the RL actor
+(`prediction(..., source="actor")`, logged inside its own `actor` tool call): the actions that
+execute it are labelled with the same source, call id and prediction id.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import gymnasium as gym
 
 ActionSource = Literal["vla", "scripted", "actor", "expert", "human"]
 ACTION_SOURCES: tuple[str, ...] = ("vla", "scripted", "actor", "expert", "human")
+PredictionSource = Literal["vla", "actor"]
+PREDICTION_SOURCES: tuple[str, ...] = ("vla", "actor")
+"""Sources whose actions execute a logged prediction (a record without a source is "vla")."""
 PROVENANCE_ATTR = "provenance"
 
 
@@ -44,6 +51,16 @@ class ProvenanceLog(Protocol):
 
     def vla_prediction(self, call_id: str | None, instruction: str, model: str) -> str:
         """Log a VLA prediction made inside tool call `call_id`; returns its prediction id."""
+        ...
+
+    def prediction(
+        self,
+        call_id: str | None,
+        instruction: str,
+        model: str,
+        source: PredictionSource = "vla",
+    ) -> str:
+        """Log a prediction of `model` (a VLA or the RL actor); returns its prediction id."""
         ...
 
     def set_action_source(
@@ -75,6 +92,15 @@ class NullProvenance:
         return None
 
     def vla_prediction(self, call_id: str | None, instruction: str, model: str) -> str:  # noqa: D102
+        return ""
+
+    def prediction(  # noqa: D102
+        self,
+        call_id: str | None,
+        instruction: str,
+        model: str,
+        source: PredictionSource = "vla",
+    ) -> str:
         return ""
 
     def set_action_source(  # noqa: D102

@@ -30,7 +30,7 @@ import numpy as np
 from recorders import record_format as fmt
 from recorders.image_writer import DEFAULT_PNG_COMPRESSION, BackgroundImageWriter, ImageWriteError
 from recorders.lerobot_io import is_image
-from recorders.provenance import ACTION_SOURCES, ActionSource
+from recorders.provenance import ACTION_SOURCES, PREDICTION_SOURCES, ActionSource, PredictionSource
 from recorders.record_format import TaskMetadata
 from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
 
@@ -305,6 +305,25 @@ class TrajectoryWriter:
         Returns:
             The prediction id, to pass to `set_action_source("vla", call_id, prediction_id)`.
         """
+        return self.prediction(call_id, instruction, model, source="vla")
+
+    def prediction(
+        self,
+        call_id: str | None,
+        instruction: str,
+        model: str,
+        source: PredictionSource = "vla",
+    ) -> str:
+        """Log a prediction of `model` (a VLA, or the RL actor in its `actor` tool call).
+
+        Returns:
+            The prediction id, to pass to `set_action_source(source, call_id, prediction_id)`.
+
+        Raises:
+            ValueError: For a source other than "vla" and "actor".
+        """
+        if source not in PREDICTION_SOURCES:
+            raise ValueError(f"prediction source {source!r}: use one of {PREDICTION_SOURCES}")
         with self._lock:
             task = self._require_task()
             prediction_id = self._next_id("pred")
@@ -313,6 +332,7 @@ class TrajectoryWriter:
                 "call_id": call_id,
                 "instruction": instruction,
                 "model": model,
+                "source": source,
                 "step": task.step,
                 "time": time.time(),
             }

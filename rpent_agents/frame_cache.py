@@ -1,13 +1,15 @@
 """A compact in-memory copy of a demonstration dataset, for Stage 1 training anywhere.
 
-`rpent-stage1 export-cache` turns a LeRobot dataset written by `rpent-collect` into one `.npz`
-file (uint8 images, float32 state and actions, episode and task indices, the task strings), so
-Stage 1 can train on a machine that has torch and numpy but not lerobot. Reading a LeRobot
-dataset needs lerobot (imported lazily); reading a cache needs numpy only.
+`rpent-stage1 export-cache` turns a LeRobot dataset written by `rpent-collect` or
+`rpent-flywheel` (either key style) into one `.npz` file (uint8 images, float32 state and
+actions, episode and task indices, the task strings), so Stage 1 can train on a machine that has
+torch and numpy but not lerobot. Reading a LeRobot dataset needs lerobot (imported lazily);
+reading a cache, or the layout of either (`data_layout`), needs numpy only.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
+
+from recorders.lerobot_io import rpent_key
 
 logger = logging.getLogger(__name__)
 IMAGE_KEYS = ("image", "wrist_image")
@@ -103,31 +107,87 @@ class FrameCache:
         return np.minimum(starts, last[:, None]), valid
 
 
+@dataclass(frozen=True)
+class DataLayout:
+    """What a dataset's frames hold, in rpent names (`image`, `state`, `actions`, ...).
+
+    Attributes:
+        state_dim: Length of `state`.
+        action_dim: Length of `actions`.
+        image_keys: The camera images of each frame.
+    """
+
+    state_dim: int
+    action_dim: int
+    image_keys: tuple[str, ...]
+
+
+def _lerobot_info(dataset_dir: Path) -> dict:
+    info_path = Path(dataset_dir) / "meta" / "info.json"
+    if not info_path.is_file():
+        raise FileNotFoundError(f"{dataset_dir} has no meta/info.json; not a LeRobot dataset")
+    return json.loads(info_path.read_text())
+
+
+def _vector_dim(shapes: dict[str, tuple[int, ...]], key: str, path: Path) -> int:
+    if key not in shapes:
+        raise KeyError(f"{path} has no {key!r} (it has {sorted(shapes)}); not demonstration data")
+    return int(shapes[key][-1])
+
+
+def data_layout(path: Path) -> DataLayout:
+    """The layout of a `.npz` frame cache or a LeRobot dataset folder, without reading images.
+
+    Raises:
+        FileNotFoundError: When a folder is not a LeRobot dataset.
+        KeyError: When the data has no `state` or `actions`.
+    """
+    path = Path(path)
+    if path.suffix == ".npz":
+        with np.load(path) as data:
+            shapes = {key: data[key].shape for key in STEP_KEYS if key in data.files}
+            images = tuple(key for key in IMAGE_KEYS if key in data.files)
+    else:
+        features = _lerobot_info(path)["features"]
+        shapes = {rpent_key(key): tuple(spec["shape"]) for key, spec in features.items()}
+        video = ("image", "video")
+        images = tuple(rpent_key(k) for k, spec in features.items() if spec["dtype"] in video)
+    return DataLayout(
+        _vector_dim(shapes, "state", path), _vector_dim(shapes, "actions", path), images
+    )
+
+
 def _to_uint8_hwc(image: torch.Tensor) -> np.ndarray:
     """LeRobot's float CHW image in [0, 1] -> uint8 HWC."""
     return (image.permute(1, 2, 0).clamp(0, 1) * 255).round().to(torch.uint8).numpy()
 
 
 def cache_from_lerobot(dataset_dir: Path) -> FrameCache:
-    """Read every frame of a LeRobot dataset written by `rpent-collect` (needs lerobot).
+    """Read every frame of an RPent LeRobot dataset, of either key style (needs lerobot).
 
     Raises:
         FileNotFoundError: When `dataset_dir` is not a LeRobot dataset.
+        KeyError: When its frames lack a camera, `state` or `actions`.
     """
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     dataset_dir = Path(dataset_dir)
-    if not (dataset_dir / "meta" / "info.json").is_file():
-        raise FileNotFoundError(f"{dataset_dir} has no meta/info.json; not a LeRobot dataset")
+    names = {rpent_key(key): key for key in _lerobot_info(dataset_dir)["features"]}
+    missing = [key for key in (*IMAGE_KEYS, "state", "actions") if key not in names]
+    if missing:
+        raise KeyError(
+            f"{dataset_dir} has no {missing} (its features: {sorted(names.values())}); Stage 1"
+            f" reads the cameras {list(IMAGE_KEYS)}, state and actions"
+        )
     dataset = LeRobotDataset(f"local/{dataset_dir.name}", root=dataset_dir)
     columns: dict[str, list[np.ndarray]] = {key: [] for key in (*IMAGE_KEYS, *STEP_KEYS)}
     tasks: list[str] = []
     for index in tqdm(range(len(dataset)), desc="reading frames"):
         frame = dataset[index]
         for key in IMAGE_KEYS:
-            columns[key].append(_to_uint8_hwc(frame[key]))
-        columns["state"].append(frame["state"].numpy().astype(np.float32))
-        columns["actions"].append(frame["actions"].numpy().astype(np.float32))
+            columns[key].append(_to_uint8_hwc(frame[names[key]]))
+        for key in ("state", "actions"):
+            columns[key].append(frame[names[key]].numpy().astype(np.float32))
         columns["episode_index"].append(np.int64(frame["episode_index"]))
         if frame["task"] not in tasks:
             tasks.append(frame["task"])

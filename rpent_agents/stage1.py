@@ -7,6 +7,10 @@ TensorBoard (when installed). The output folder is a checkpoint (`model.safetens
 
     rpent-stage1 export-cache --dataset demos/peg --output demos/peg.npz
     rpent-stage1 train --data demos/peg.npz --output-dir checkpoints/peg --steps 3000
+    rpent-stage1 train --data exports/run/train --init-from checkpoints/peg --output-dir ft
+
+`--init-from` fine-tunes an existing checkpoint (its weights, shape and norm stats;
+`rpent_agents.stage1_init`).
 
 `--data` takes a `.npz` frame cache or a LeRobot dataset folder. Only torch, numpy,
 safetensors, tyro and tqdm are needed to train from a cache (no lerobot, gymnasium or simulator).
@@ -33,6 +37,7 @@ from rpent_agents.features.checkpoint import load_checkpoint, save_checkpoint
 from rpent_agents.features.norm import NormStats
 from rpent_agents.frame_cache import IMAGE_KEYS, FrameCache, cache_from_lerobot, load_frames
 from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.stage1_init import check_data_fits, models_from_checkpoint
 
 logger = logging.getLogger(__name__)
 TRAINING_STATE_FILE = "training_state.pt"
@@ -97,6 +102,11 @@ class TrainArgs:
     """Stop early, saving the checkpoint, after this much training time (0: no limit)."""
     amp: bool = True
     """On CUDA, run forward and backward under bfloat16 autocast (losses stay float32)."""
+    init_from: Path | None = None
+    """Fine-tune this Stage 1 checkpoint: start from its weights and norm stats (its model
+    shape; --vla.* and --rl-token.* are not read); data that does not fit it is refused."""
+    recompute_norm_stats: bool = False
+    """With --init-from: normalise with statistics of --data instead of the checkpoint's."""
 
 
 @dataclass
@@ -267,6 +277,7 @@ def _save_checkpoint(
     metadata = {
         "step": step,
         "data": Path(args.data).name,
+        "init_from": str(args.init_from) if args.init_from else None,
         "rlt_alpha": args.rlt_alpha,
         "val_chunk_mse": val_chunk_mse,
     }
@@ -287,6 +298,15 @@ def learning_rate_factor(args: TrainArgs, step: int, time_fraction: float) -> fl
         return warmup
     progress = min(1.0, max(step / args.steps, time_fraction))
     return warmup * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def initial_models(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToken]:
+    """The models a new run starts from: fresh, or the --init-from checkpoint's."""
+    if args.init_from is None:
+        if args.recompute_norm_stats:
+            raise ValueError("--recompute-norm-stats needs --init-from (fresh runs always do)")
+        return build_models(args, cache)
+    return models_from_checkpoint(args.init_from, cache, args.recompute_norm_stats)
 
 
 def _is_resuming(args: TrainArgs) -> bool:
@@ -316,10 +336,12 @@ class Stage1Trainer:
         """Load the data and build (or resume) the models and the optimizer."""
         self.args = args
         self.device = resolve_device(args.device)
+        if args.init_from is not None:
+            check_data_fits(args.init_from, args.data)  # before reading any frame
         cache = load_frames(args.data)
         resuming = _is_resuming(args)
         vla, rl_token, state = (
-            _resumed_models(args) if resuming else (*build_models(args, cache), {})
+            _resumed_models(args) if resuming else (*initial_models(args, cache), {})
         )
         self.vla, self.rl_token = vla.to(self.device).train(), rl_token.to(self.device).train()
         self.parameters = [*self.vla.parameters(), *self.rl_token.parameters()]

@@ -44,9 +44,16 @@ class Recorder:
             self.step += 1
 
     def vla(self, count: int, instruction: str = INSTRUCTION) -> tuple[str, str]:
-        call_id = self.writer.tool_call("vla", {"instruction": instruction}, self.request_id)
-        prediction_id = self.writer.vla_prediction(call_id, instruction, "tiny-vla")
-        self.writer.set_action_source("vla", call_id=call_id, prediction_id=prediction_id)
+        return self.predicted("vla", count, instruction)
+
+    def actor(self, count: int, instruction: str = INSTRUCTION) -> tuple[str, str]:
+        """The actor-data flywheel's link: an actor prediction in its own `actor` tool call."""
+        return self.predicted("actor", count, instruction)
+
+    def predicted(self, source: str, count: int, instruction: str) -> tuple[str, str]:
+        call_id = self.writer.tool_call(source, {"instruction": instruction}, self.request_id)
+        prediction_id = self.writer.prediction(call_id, instruction, f"tiny-{source}", source)
+        self.writer.set_action_source(source, call_id=call_id, prediction_id=prediction_id)
         self.act(count)
         self.writer.tool_result(call_id, {"steps": count})
         return call_id, prediction_id
