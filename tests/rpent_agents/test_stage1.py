@@ -185,7 +185,10 @@ def test_a_subsampled_conv_cache_trains_and_keeps_the_best_validation(tmp_path):
         log_every=2, save_every=2, val_episodes=1, device="cpu",
     )  # fmt: skip
     args.vla.dim, args.vla.image_size, args.vla.num_layers, args.rl_token.prefix_seq_len = (
-        32, 32, 1, 64
+        32,
+        32,
+        1,
+        64,
     )
     assert args.vla.image_encoder == "conv" and args.vla.binarize_gripper
     train(args)
