@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tyro
 
-from recorders.flywheel import MixedRecordsError, export_flywheel
+from recorders.flywheel import ExportWriteError, MixedRecordsError, export_flywheel
 
 
 @dataclass
@@ -42,7 +42,13 @@ def main() -> None:
             image_writer_threads=args.image_writer_threads,
             use_videos=args.use_videos,
         )
-    except (FileExistsError, FileNotFoundError, MixedRecordsError, ValueError) as error:
+    except (
+        ExportWriteError,
+        FileExistsError,
+        FileNotFoundError,
+        MixedRecordsError,
+        ValueError,
+    ) as error:
         raise SystemExit(f"rpent-flywheel: {error}") from error
     summary = report.to_json()
     summary.pop("tasks")

@@ -4,11 +4,19 @@ Successful, VLA-driven actions of trajectory records become a LeRobot v3.0 datas
 `O/train/`, and `O/report.json` counts every exclusion by reason. The raw records are only
 read. `O` must not exist and appears only when complete (it is built in a hidden temporary
 sibling and renamed at the end). With nothing eligible, `O` holds only the report.
+
+A full disk while writing raises `ExportWriteError` naming `O`, and removes the staging
+sibling; a killed export leaves only that hidden sibling, never an `O` that looks complete.
+A broken record is never an error: each task that is not exported is counted under its reason
+(a task the recorder could not finish writing: "run_unfinished" or "record_write_failed").
+Memory stays flat in the number of tasks and steps: tasks are read one at a time and frames
+are decoded at most PREFETCH_FRAMES ahead of the writer (the report keeps one line per task).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import json
 import logging
@@ -32,7 +40,13 @@ from recorders.flywheel_rules import (
     select_actions,
     task_exclusion,
 )
-from recorders.lerobot_io import ACTION_KEY, create_dataset, dataset_features, staged_output_dir
+from recorders.lerobot_io import (
+    ACTION_KEY,
+    create_dataset,
+    dataset_features,
+    staged_output_dir,
+    staging_dir,
+)
 from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
 
 logger = logging.getLogger(__name__)
@@ -44,6 +58,10 @@ TASK_KEY = "task"
 
 class MixedRecordsError(ValueError):
     """The input holds records of more than one robot, env or control rate."""
+
+
+class ExportWriteError(OSError):
+    """The export could not be written (disk full, ...); no output folder was left behind."""
 
 
 @dataclass
@@ -324,6 +342,38 @@ def _export_task(item: _Task, sink: _DatasetSink, pool: ThreadPoolExecutor) -> N
         outcome.reason = "no_exportable_actions"
 
 
+def _remove_late_writes(output_dir: Path) -> None:
+    """Remove what a half-written dataset's finalizers wrote after the staging folder was gone.
+
+    LeRobot flushes its buffered metadata when the dataset object is collected; after a failed
+    write (a full disk) that happens once the failure's traceback is released.
+    """
+    gc.collect()
+    shutil.rmtree(staging_dir(output_dir), ignore_errors=True)
+
+
+def _write_export(
+    tasks: list[_Task], report: ExportReport, output_dir: Path, use_videos: bool, threads: int
+) -> None:
+    """Write the dataset and the report into a staging folder renamed to `output_dir` at the end."""
+    with staged_output_dir(output_dir) as staging:
+        staging.mkdir()
+        sink = _DatasetSink(staging / DATASET_DIR, report, use_videos, threads)
+        eligible = [item for item in tasks if item.outcome.reason is None]
+        try:
+            with ThreadPoolExecutor(max(1, threads), "rpent-flywheel-read") as pool:
+                for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
+                    _export_task(item, sink, pool)
+            sink.finalize()
+        except BaseException:
+            sink.abort()
+            raise
+        if sink.dataset is not None:
+            report.dataset_dir = str(output_dir / DATASET_DIR)
+        text = json.dumps(report.to_json(), indent=2)
+        (staging / REPORT_FILE).write_text(text + "\n", encoding="utf-8")
+
+
 def export_flywheel(
     input_root: str | os.PathLike[str],
     output_dir: str | os.PathLike[str],
@@ -347,6 +397,8 @@ def export_flywheel(
         FileNotFoundError: When `input_root` is not a folder.
         MixedRecordsError: When the records mix envs, robots or control rates.
         ValueError: When `output_dir` lies inside `input_root`.
+        ExportWriteError: When writing the output fails (a full disk); `output_dir` and its
+            staging folder are then absent.
     """
     input_root, output_dir = Path(input_root).resolve(), Path(output_dir).resolve()
     if output_dir.is_relative_to(input_root):
@@ -359,21 +411,18 @@ def export_flywheel(
     report = ExportReport(input_root=str(input_root), output_dir=str(output_dir))
     tasks = _read_tasks(input_root, report)
     _check_one_robot(tasks, report)
-    with staged_output_dir(output_dir) as staging:
-        staging.mkdir()
-        sink = _DatasetSink(staging / DATASET_DIR, report, use_videos, image_writer_threads)
-        eligible = [item for item in tasks if item.outcome.reason is None]
-        try:
-            with ThreadPoolExecutor(max(1, image_writer_threads), "rpent-flywheel-read") as pool:
-                for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
-                    _export_task(item, sink, pool)
-            sink.finalize()
-        except BaseException:
-            sink.abort()
-            raise
-        if sink.dataset is not None:
-            report.dataset_dir = str(output_dir / DATASET_DIR)
-        text = json.dumps(report.to_json(), indent=2)
-        (staging / REPORT_FILE).write_text(text + "\n", encoding="utf-8")
+    failure = None
+    try:
+        _write_export(tasks, report, output_dir, use_videos, image_writer_threads)
+    except OSError as error:
+        logger.debug("writing %s failed", output_dir, exc_info=True)
+        failure = ExportWriteError(
+            error.errno,
+            f"could not write the export to {output_dir} ({error}); nothing is left there: "
+            "free space on that disk or choose another --output-dir",
+        )
+    if failure is not None:  # outside the handler: its traceback no longer holds the dataset
+        _remove_late_writes(output_dir)
+        raise failure
     logger.info("exported %d frames, %d episodes to %s", report.frames, report.episodes, output_dir)
     return report
