@@ -9,8 +9,9 @@ A full disk while writing raises `ExportWriteError` naming `O`, and removes the 
 sibling; a killed export leaves only that hidden sibling, never an `O` that looks complete.
 A broken record is never an error: each task that is not exported is counted under its reason
 (a task the recorder could not finish writing: "run_unfinished" or "record_write_failed").
-Memory stays flat in the number of tasks and steps: tasks are read one at a time and frames
-are decoded at most PREFETCH_FRAMES ahead of the writer (the report keeps one line per task).
+Memory stays flat in the number of steps: frames stream into LeRobot's episode buffer,
+decoded at most PREFETCH_FRAMES ahead of it. Per task only its report line and the three
+`task.json` fields of the one-robot check are kept (bench/long_run_memory.py export).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import json
 import logging
 import os
 import shutil
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from recorders import record_format as fmt
+from recorders.flywheel_report import ExportReport, TaskOutcome
 from recorders.flywheel_rules import (
     VERDICT_REASONS,
     KeptAction,
@@ -65,98 +67,11 @@ class ExportWriteError(OSError):
 
 
 @dataclass
-class TaskOutcome:
-    """What the export did with one task folder.
-
-    Attributes:
-        path: Task folder relative to the input root.
-        task_id: `task.json`'s task id (None when unreadable).
-        reason: Why the whole task was not exported (None: exported).
-        actions_seen: Lines of `actions.jsonl` (read only for successful tasks).
-        episodes: Dataset episodes made from the task.
-        frames: Dataset frames made from the task.
-        excluded_actions: Dropped actions by reason.
-        excluded_predictions: Invalid prediction records by reason.
-        excluded_planner_records: Invalid planner records by reason.
-    """
-
-    path: str
-    task_id: str | None = None
-    reason: str | None = None
-    actions_seen: int = 0
-    episodes: int = 0
-    frames: int = 0
-    excluded_actions: Counter[str] = field(default_factory=Counter)
-    excluded_predictions: Counter[str] = field(default_factory=Counter)
-    excluded_planner_records: Counter[str] = field(default_factory=Counter)
-
-    def to_json(self) -> dict[str, Any]:
-        """The outcome as a JSON object (counters sorted by reason)."""
-        return {
-            key: dict(sorted(value.items())) if isinstance(value, Counter) else value
-            for key, value in vars(self).items()
-        }
-
-
-@dataclass
-class ExportReport:
-    """Counts of one export; `to_json()` is what `report.json` holds."""
-
-    input_root: str
-    output_dir: str
-    dataset_dir: str | None = None
-    env_id: str | None = None
-    robot: str | None = None
-    fps: int | None = None
-    tasks: list[TaskOutcome] = field(default_factory=list)
-
-    @property
-    def frames(self) -> int:
-        """Frames written to the dataset."""
-        return sum(task.frames for task in self.tasks)
-
-    @property
-    def episodes(self) -> int:
-        """Episodes written to the dataset."""
-        return sum(task.episodes for task in self.tasks)
-
-    def excluded(self, category: str) -> dict[str, int]:
-        """Exclusion counts summed over tasks; `category` is "tasks" or a TaskOutcome counter."""
-        if category == "tasks":
-            return dict(sorted(Counter(t.reason for t in self.tasks if t.reason).items()))
-        total: Counter[str] = Counter()
-        for task in self.tasks:
-            total.update(getattr(task, f"excluded_{category}"))
-        return dict(sorted(total.items()))
-
-    def to_json(self) -> dict[str, Any]:
-        """The report as a JSON object (counts first, then per-task details)."""
-        return {
-            "input_root": self.input_root,
-            "output_dir": self.output_dir,
-            "dataset_dir": self.dataset_dir,
-            "env_id": self.env_id,
-            "robot": self.robot,
-            "fps": self.fps,
-            "counts": {
-                "tasks_seen": len(self.tasks),
-                "tasks_exported": sum(task.reason is None for task in self.tasks),
-                "episodes": self.episodes,
-                "frames": self.frames,
-                "actions_seen": sum(task.actions_seen for task in self.tasks),
-            },
-            "excluded": {
-                category: self.excluded(category)
-                for category in ("tasks", "actions", "predictions", "planner_records")
-            },
-            "tasks": [task.to_json() for task in self.tasks],
-        }
-
-
-@dataclass
 class _Task:
+    """A task that passed `task.json`'s checks: only what the export needs of it is kept."""
+
     reader: TrajectoryReader
-    task: dict[str, Any]
+    robot_key: tuple[Any, Any, Any]  # env_id, robot, fps
     outcome: TaskOutcome
 
 
@@ -178,7 +93,8 @@ def _read_tasks(input_root: Path, report: ExportReport) -> list[_Task]:
         outcome.task_id = task.get("task_id") if isinstance(task.get("task_id"), str) else None
         outcome.reason = task_exclusion(task)
         if outcome.reason is None or outcome.reason in VERDICT_REASONS:
-            readable.append(_Task(reader, task, outcome))
+            robot_key = (task["env_id"], task["robot"], task["fps"])
+            readable.append(_Task(reader, robot_key, outcome))
     report.tasks.sort(key=lambda outcome: outcome.path)
     return readable
 
@@ -191,8 +107,7 @@ def _check_one_robot(tasks: list[_Task], report: ExportReport) -> None:
     """Refuse inputs that mix env ids, robots or control rates (one robot per export)."""
     groups: dict[tuple[Any, Any, Any], list[str]] = {}
     for item in tasks:
-        key = (item.task["env_id"], item.task["robot"], item.task["fps"])
-        groups.setdefault(key, []).append(item.outcome.path)
+        groups.setdefault(item.robot_key, []).append(item.outcome.path)
     if len(groups) > 1:
         listing = "; ".join(
             f"env_id={env_id!r} robot={robot!r} fps={fps}: {paths[0]} and {len(paths) - 1} more"
@@ -231,7 +146,11 @@ def load_frame(reader: TrajectoryReader, kept: KeptAction) -> dict[str, Any]:
 
 
 class _DatasetSink:
-    """Creates the dataset at the first frame and keeps every later frame to its features."""
+    """Creates the dataset at the first frame; frames stream into the episode being written.
+
+    Only LeRobot's episode buffer grows with an episode's length, never a list of decoded
+    frames, so memory stays flat however long the episodes are.
+    """
 
     def __init__(self, root: Path, report: ExportReport, use_videos: bool, threads: int) -> None:
         self.root = root
@@ -240,6 +159,7 @@ class _DatasetSink:
         self.threads = threads
         self.dataset = None
         self.signature: dict[str, tuple[tuple[int, ...], str]] | None = None
+        self.episode_frames = 0
 
     def check(self, frame: dict[str, Any]) -> None:
         """Raise RecordError("observation_mismatch") when `frame` differs from the first."""
@@ -253,11 +173,12 @@ class _DatasetSink:
         elif signature != self.signature:
             raise RecordError("observation_mismatch", f"frame keys/shapes {signature}")
 
-    def write_episode(self, frames: list[dict[str, Any]]) -> None:
+    def add_frame(self, frame: dict[str, Any]) -> None:
+        """Append a checked frame to the episode being written."""
         if self.dataset is None:
-            observation = {k: v for k, v in frames[0].items() if k not in (ACTION_KEY, TASK_KEY)}
+            observation = {k: v for k, v in frame.items() if k not in (ACTION_KEY, TASK_KEY)}
             features = dataset_features(
-                observation, len(frames[0][ACTION_KEY]), use_videos=self.use_videos
+                observation, len(frame[ACTION_KEY]), use_videos=self.use_videos
             )
             self.dataset = create_dataset(
                 self.root,
@@ -267,9 +188,15 @@ class _DatasetSink:
                 dataset_name=Path(self.report.output_dir).name,
                 image_writer_threads=self.threads,
             )
-        for frame in frames:
-            self.dataset.add_frame(frame)
-        self.dataset.save_episode()
+        self.dataset.add_frame(frame)
+        self.episode_frames += 1
+
+    def end_episode(self) -> int:
+        """Save the episode being written, if it has frames; returns how many it has."""
+        frames, self.episode_frames = self.episode_frames, 0
+        if frames:
+            self.dataset.save_episode()
+        return frames
 
     def abort(self) -> None:
         """Close a half-written dataset now: its finalizer must not write after the cleanup."""
@@ -285,11 +212,11 @@ class _DatasetSink:
             shutil.rmtree(self.root / "images", ignore_errors=True)
 
 
-def _write_episode(sink: _DatasetSink, outcome: TaskOutcome, frames: list[dict[str, Any]]) -> None:
+def _end_episode(sink: _DatasetSink, outcome: TaskOutcome) -> None:
+    frames = sink.end_episode()
     if frames:
-        sink.write_episode(frames)
         outcome.episodes += 1
-        outcome.frames += len(frames)
+        outcome.frames += frames
 
 
 def _prefetched(
@@ -326,18 +253,16 @@ def _export_task(item: _Task, sink: _DatasetSink, pool: ThreadPoolExecutor) -> N
     outcome.excluded_planner_records = selection.excluded_planner_records
     loaded = _prefetched(pool, reader, selection.kept)
     for run in contiguous_runs(selection.kept):
-        frames: list[dict[str, Any]] = []
         for _ in run:
             try:
                 frame = next(loaded).result()
                 sink.check(frame)
             except RecordError as error:
                 outcome.excluded_actions[error.reason] += 1
-                _write_episode(sink, outcome, frames)  # a dropped action ends the run
-                frames = []
+                _end_episode(sink, outcome)  # a dropped action ends the run
                 continue
-            frames.append(frame)
-        _write_episode(sink, outcome, frames)
+            sink.add_frame(frame)
+        _end_episode(sink, outcome)
     if outcome.frames == 0:
         outcome.reason = "no_exportable_actions"
 

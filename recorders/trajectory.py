@@ -10,9 +10,10 @@ an earlier task can never link to a record of the current one. An action label
 (`set_action_source`) lasts until the next call or until the task is closed; a new task starts
 with `default_source`.
 
-Guarantees under long and unlucky runs (tests/recorders/test_reliability.py):
+Guarantees under long and unlucky runs (tests/recorders/test_memory_growth.py,
+test_concurrent_writers.py, test_disk_full.py, test_record_kill.py):
 - Memory stays flat: nothing is kept per step or per task (lines go to the OS as they are
-  written; images wait in a bounded queue).
+  written; images wait in a bounded queue); 10^6 steps: bench/long_run_memory.py record.
 - Writers never overwrite each other: a task folder is created with one `mkdir`, which fails
   when the name is taken, so writers in several processes can share a run folder (derived
   names get a suffix; an explicit `task_id` that is taken raises FileExistsError).

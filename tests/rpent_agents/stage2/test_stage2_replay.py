@@ -1,5 +1,7 @@
 """Replay transitions from chunk infos, the ring buffer, its recent window and its file."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -126,3 +128,27 @@ def test_save_and_load_round_trip_in_order(tmp_path):
     with pytest.raises(ValueError, match="differ from this learner"):
         ReplayBuffer(DIMS, 3, capacity=2).load(tmp_path / "replay.npz")
     assert not list(tmp_path.glob("*.partial*"))
+
+
+def test_a_full_buffer_keeps_memory_flat_while_it_turns_over():
+    # CI-sized; bench/long_run_memory.py replay measures the default capacity (50000).
+    def resident_bytes():
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    dims, capacity = RLTDims(256, 9, 10, 8), 2000
+    buffer = ReplayBuffer(dims, chunk_len=10, capacity=capacity)
+    generator = torch.Generator().manual_seed(0)
+
+    def add(count):
+        for index in range(count):
+            buffer.add(transition(float(index), dims, chunk_len=10))
+            if index % 10 == 0:
+                buffer.sample(64, generator)
+
+    add(capacity)  # every page of the preallocated storage is touched
+    at_capacity = resident_bytes()
+    add(3 * capacity)
+    grown = resident_bytes() - at_capacity
+    assert len(buffer) == capacity and buffer.total_added == 4 * capacity
+    assert grown < 2**20, f"RSS grew {grown / 2**20:.2f} MiB while the full buffer turned over"
