@@ -8,7 +8,8 @@ warm-up), the middle and the end of its run, and the peak:
   embedded checkpoint) filled to its capacity, then --replay-rounds x capacity more
   transitions with a sampled batch every 10, then saved and loaded back;
 - export: `export_flywheel` of a record tree of --tasks tasks (--task-steps each), recorded
-  first; RSS is sampled every 0.1 s during the export alone.
+  first; RSS is sampled every 0.1 s during the export alone (after a one-task warm-up export
+  that pays LeRobot's first-use cost), start = 10% of its time.
 
 Usage: .venv/bin/python bench/long_run_memory.py record [--steps 1000000]
        .venv/bin/python bench/long_run_memory.py replay [--replay-rounds 3]
@@ -200,6 +201,8 @@ def measure_export(work: Path, args: Args) -> None:
 
     args.episode_steps = args.task_steps
     record_episodes(work / "run", args, args.tasks)
+    first_task = sorted((work / "run" / "trajectories").iterdir())[0]
+    export_flywheel(first_task, work / "warm_up", use_videos=args.use_videos)  # LeRobot's imports
     sampler = ResidentSampler()
     sampler.start()
     started_s = time.monotonic()
