@@ -19,7 +19,7 @@ from typing import Literal
 
 import tyro
 
-from recorders.flywheel import MixedRecordsError, export_flywheel
+from recorders.flywheel import ExportWriteError, MixedRecordsError, export_flywheel
 from recorders.lerobot_io import KeyStyle
 
 
@@ -56,7 +56,13 @@ def main() -> None:
             include_sources=args.include_sources,
             key_style=args.key_style,
         )
-    except (FileExistsError, FileNotFoundError, MixedRecordsError, ValueError) as error:
+    except (
+        ExportWriteError,
+        FileExistsError,
+        FileNotFoundError,
+        MixedRecordsError,
+        ValueError,
+    ) as error:
         raise SystemExit(f"rpent-flywheel: {error}") from error
     summary = report.to_json()
     summary.pop("tasks")

@@ -8,20 +8,28 @@ sibling and renamed at the end). With nothing eligible, `O` holds only the repor
 Opt in: `include_sources=("actor",)` also exports the RL actor's executed actions (linked to
 the actor's predictions, `recorders.flywheel_rules`); `key_style="lerobot"` names the features
 as LeRobot's policies expect (`recorders.lerobot_io`).
+A full disk while writing raises `ExportWriteError` naming `O`, and removes the staging
+sibling; a killed export leaves only that hidden sibling, never an `O` that looks complete.
+A broken record is never an error: each task that is not exported is counted under its reason
+(a task the recorder could not finish writing: "run_unfinished" or "record_write_failed").
+Memory stays flat in the number of steps: frames stream into LeRobot's episode buffer,
+decoded at most PREFETCH_FRAMES ahead of it. Per task only its report line and the three
+`task.json` fields of the one-robot check are kept (bench/long_run_memory.py export).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import json
 import logging
 import os
 import shutil
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +37,8 @@ import numpy as np
 from tqdm import tqdm
 
 from recorders import record_format as fmt
+from recorders.flywheel_report import ExportReport, TaskOutcome
 from recorders.flywheel_rules import (
-    DEFAULT_SOURCES,
     VERDICT_REASONS,
     KeptAction,
     contiguous_runs,
@@ -45,6 +53,7 @@ from recorders.lerobot_io import (
     create_dataset,
     dataset_features,
     staged_output_dir,
+    staging_dir,
     styled_keys,
 )
 from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
@@ -60,103 +69,16 @@ class MixedRecordsError(ValueError):
     """The input holds records of more than one robot, env or control rate."""
 
 
-@dataclass
-class TaskOutcome:
-    """What the export did with one task folder.
-
-    Attributes:
-        path: Task folder relative to the input root.
-        task_id: `task.json`'s task id (None when unreadable).
-        reason: Why the whole task was not exported (None: exported).
-        actions_seen: Lines of `actions.jsonl` (read only for successful tasks).
-        episodes: Dataset episodes made from the task.
-        frames: Dataset frames made from the task.
-        excluded_actions: Dropped actions by reason.
-        excluded_predictions: Invalid prediction records by reason.
-        excluded_planner_records: Invalid planner records by reason.
-    """
-
-    path: str
-    task_id: str | None = None
-    reason: str | None = None
-    actions_seen: int = 0
-    episodes: int = 0
-    frames: int = 0
-    excluded_actions: Counter[str] = field(default_factory=Counter)
-    excluded_predictions: Counter[str] = field(default_factory=Counter)
-    excluded_planner_records: Counter[str] = field(default_factory=Counter)
-
-    def to_json(self) -> dict[str, Any]:
-        """The outcome as a JSON object (counters sorted by reason)."""
-        return {
-            key: dict(sorted(value.items())) if isinstance(value, Counter) else value
-            for key, value in vars(self).items()
-        }
-
-
-@dataclass
-class ExportReport:
-    """Counts of one export; `to_json()` is what `report.json` holds."""
-
-    input_root: str
-    output_dir: str
-    sources: tuple[str, ...] = DEFAULT_SOURCES
-    key_style: KeyStyle = "rpent"
-    dataset_dir: str | None = None
-    env_id: str | None = None
-    robot: str | None = None
-    fps: int | None = None
-    tasks: list[TaskOutcome] = field(default_factory=list)
-
-    @property
-    def frames(self) -> int:
-        """Frames written to the dataset."""
-        return sum(task.frames for task in self.tasks)
-
-    @property
-    def episodes(self) -> int:
-        """Episodes written to the dataset."""
-        return sum(task.episodes for task in self.tasks)
-
-    def excluded(self, category: str) -> dict[str, int]:
-        """Exclusion counts summed over tasks; `category` is "tasks" or a TaskOutcome counter."""
-        if category == "tasks":
-            return dict(sorted(Counter(t.reason for t in self.tasks if t.reason).items()))
-        total: Counter[str] = Counter()
-        for task in self.tasks:
-            total.update(getattr(task, f"excluded_{category}"))
-        return dict(sorted(total.items()))
-
-    def to_json(self) -> dict[str, Any]:
-        """The report as a JSON object (counts first, then per-task details)."""
-        return {
-            "input_root": self.input_root,
-            "output_dir": self.output_dir,
-            "sources": list(self.sources),
-            "key_style": self.key_style,
-            "dataset_dir": self.dataset_dir,
-            "env_id": self.env_id,
-            "robot": self.robot,
-            "fps": self.fps,
-            "counts": {
-                "tasks_seen": len(self.tasks),
-                "tasks_exported": sum(task.reason is None for task in self.tasks),
-                "episodes": self.episodes,
-                "frames": self.frames,
-                "actions_seen": sum(task.actions_seen for task in self.tasks),
-            },
-            "excluded": {
-                category: self.excluded(category)
-                for category in ("tasks", "actions", "predictions", "planner_records")
-            },
-            "tasks": [task.to_json() for task in self.tasks],
-        }
+class ExportWriteError(OSError):
+    """The export could not be written (disk full, ...); no output folder was left behind."""
 
 
 @dataclass
 class _Task:
+    """A task that passed `task.json`'s checks: only what the export needs of it is kept."""
+
     reader: TrajectoryReader
-    task: dict[str, Any]
+    robot_key: tuple[Any, Any, Any]  # env_id, robot, fps
     outcome: TaskOutcome
 
 
@@ -178,7 +100,8 @@ def _read_tasks(input_root: Path, report: ExportReport) -> list[_Task]:
         outcome.task_id = task.get("task_id") if isinstance(task.get("task_id"), str) else None
         outcome.reason = task_exclusion(task)
         if outcome.reason is None or outcome.reason in VERDICT_REASONS:
-            readable.append(_Task(reader, task, outcome))
+            robot_key = (task["env_id"], task["robot"], task["fps"])
+            readable.append(_Task(reader, robot_key, outcome))
     report.tasks.sort(key=lambda outcome: outcome.path)
     return readable
 
@@ -191,8 +114,7 @@ def _check_one_robot(tasks: list[_Task], report: ExportReport) -> None:
     """Refuse inputs that mix env ids, robots or control rates (one robot per export)."""
     groups: dict[tuple[Any, Any, Any], list[str]] = {}
     for item in tasks:
-        key = (item.task["env_id"], item.task["robot"], item.task["fps"])
-        groups.setdefault(key, []).append(item.outcome.path)
+        groups.setdefault(item.robot_key, []).append(item.outcome.path)
     if len(groups) > 1:
         listing = "; ".join(
             f"env_id={env_id!r} robot={robot!r} fps={fps}: {paths[0]} and {len(paths) - 1} more"
@@ -231,7 +153,11 @@ def load_frame(reader: TrajectoryReader, kept: KeptAction) -> dict[str, Any]:
 
 
 class _DatasetSink:
-    """Creates the dataset at the first frame and keeps every later frame to its features."""
+    """Creates the dataset at the first frame; frames stream into the episode being written.
+
+    Only LeRobot's episode buffer grows with an episode's length, never a list of decoded
+    frames, so memory stays flat however long the episodes are.
+    """
 
     def __init__(self, root: Path, report: ExportReport, use_videos: bool, threads: int) -> None:
         self.root = root
@@ -241,6 +167,7 @@ class _DatasetSink:
         self.dataset = None
         self.signature: dict[str, tuple[tuple[int, ...], str]] | None = None
         self.dataset_keys: dict[str, str] = {}  # frame key -> feature name in the key style
+        self.episode_frames = 0
 
     def check(self, frame: dict[str, Any]) -> None:
         """Raise RecordError("observation_mismatch") when `frame` differs from the first."""
@@ -254,11 +181,12 @@ class _DatasetSink:
         elif signature != self.signature:
             raise RecordError("observation_mismatch", f"frame keys/shapes {signature}")
 
-    def write_episode(self, frames: list[dict[str, Any]]) -> None:
+    def add_frame(self, frame: dict[str, Any]) -> None:
+        """Append a checked frame to the episode being written."""
         if self.dataset is None:
-            observation = {k: v for k, v in frames[0].items() if k not in (ACTION_KEY, TASK_KEY)}
+            observation = {k: v for k, v in frame.items() if k not in (ACTION_KEY, TASK_KEY)}
             features = dataset_features(
-                observation, len(frames[0][ACTION_KEY]), use_videos=self.use_videos
+                observation, len(frame[ACTION_KEY]), use_videos=self.use_videos
             )
             self.dataset_keys = styled_keys(features, self.report.key_style)
             self.dataset = create_dataset(
@@ -269,9 +197,15 @@ class _DatasetSink:
                 dataset_name=Path(self.report.output_dir).name,
                 image_writer_threads=self.threads,
             )
-        for frame in frames:
-            self.dataset.add_frame({self.dataset_keys.get(k, k): v for k, v in frame.items()})
-        self.dataset.save_episode()
+        self.dataset.add_frame({self.dataset_keys.get(k, k): v for k, v in frame.items()})
+        self.episode_frames += 1
+
+    def end_episode(self) -> int:
+        """Save the episode being written, if it has frames; returns how many it has."""
+        frames, self.episode_frames = self.episode_frames, 0
+        if frames:
+            self.dataset.save_episode()
+        return frames
 
     def abort(self) -> None:
         """Close a half-written dataset now: its finalizer must not write after the cleanup."""
@@ -287,11 +221,11 @@ class _DatasetSink:
             shutil.rmtree(self.root / "images", ignore_errors=True)
 
 
-def _write_episode(sink: _DatasetSink, outcome: TaskOutcome, frames: list[dict[str, Any]]) -> None:
+def _end_episode(sink: _DatasetSink, outcome: TaskOutcome) -> None:
+    frames = sink.end_episode()
     if frames:
-        sink.write_episode(frames)
         outcome.episodes += 1
-        outcome.frames += len(frames)
+        outcome.frames += frames
 
 
 def _prefetched(
@@ -331,20 +265,50 @@ def _export_task(item: _Task, sink: _DatasetSink, pool: ThreadPoolExecutor) -> N
     outcome.excluded_planner_records = selection.excluded_planner_records
     loaded = _prefetched(pool, reader, selection.kept)
     for run in contiguous_runs(selection.kept):
-        frames: list[dict[str, Any]] = []
         for _ in run:
             try:
                 frame = next(loaded).result()
                 sink.check(frame)
             except RecordError as error:
                 outcome.excluded_actions[error.reason] += 1
-                _write_episode(sink, outcome, frames)  # a dropped action ends the run
-                frames = []
+                _end_episode(sink, outcome)  # a dropped action ends the run
                 continue
-            frames.append(frame)
-        _write_episode(sink, outcome, frames)
+            sink.add_frame(frame)
+        _end_episode(sink, outcome)
     if outcome.frames == 0:
         outcome.reason = "no_exportable_actions"
+
+
+def _remove_late_writes(output_dir: Path) -> None:
+    """Remove what a half-written dataset's finalizers wrote after the staging folder was gone.
+
+    LeRobot flushes its buffered metadata when the dataset object is collected; after a failed
+    write (a full disk) that happens once the failure's traceback is released.
+    """
+    gc.collect()
+    shutil.rmtree(staging_dir(output_dir), ignore_errors=True)
+
+
+def _write_export(
+    tasks: list[_Task], report: ExportReport, output_dir: Path, use_videos: bool, threads: int
+) -> None:
+    """Write the dataset and the report into a staging folder renamed to `output_dir` at the end."""
+    with staged_output_dir(output_dir) as staging:
+        staging.mkdir()
+        sink = _DatasetSink(staging / DATASET_DIR, report, use_videos, threads)
+        eligible = [item for item in tasks if item.outcome.reason is None]
+        try:
+            with ThreadPoolExecutor(max(1, threads), "rpent-flywheel-read") as pool:
+                for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
+                    _export_task(item, sink, pool)
+            sink.finalize()
+        except BaseException:
+            sink.abort()
+            raise
+        if sink.dataset is not None:
+            report.dataset_dir = str(output_dir / DATASET_DIR)
+        text = json.dumps(report.to_json(), indent=2)
+        (staging / REPORT_FILE).write_text(text + "\n", encoding="utf-8")
 
 
 def export_flywheel(
@@ -377,6 +341,8 @@ def export_flywheel(
         MixedRecordsError: When the records mix envs, robots or control rates.
         ValueError: When `output_dir` lies inside `input_root`, or for a source that cannot
             be included.
+        ExportWriteError: When writing the output fails (a full disk); `output_dir` and its
+            staging folder are then absent.
     """
     sources = exported_sources(tuple(include_sources))
     if key_style not in KEY_STYLES:
@@ -392,21 +358,18 @@ def export_flywheel(
     report = ExportReport(str(input_root), str(output_dir), sources, key_style)
     tasks = _read_tasks(input_root, report)
     _check_one_robot(tasks, report)
-    with staged_output_dir(output_dir) as staging:
-        staging.mkdir()
-        sink = _DatasetSink(staging / DATASET_DIR, report, use_videos, image_writer_threads)
-        eligible = [item for item in tasks if item.outcome.reason is None]
-        try:
-            with ThreadPoolExecutor(max(1, image_writer_threads), "rpent-flywheel-read") as pool:
-                for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
-                    _export_task(item, sink, pool)
-            sink.finalize()
-        except BaseException:
-            sink.abort()
-            raise
-        if sink.dataset is not None:
-            report.dataset_dir = str(output_dir / DATASET_DIR)
-        text = json.dumps(report.to_json(), indent=2)
-        (staging / REPORT_FILE).write_text(text + "\n", encoding="utf-8")
+    failure = None
+    try:
+        _write_export(tasks, report, output_dir, use_videos, image_writer_threads)
+    except OSError as error:
+        logger.debug("writing %s failed", output_dir, exc_info=True)
+        failure = ExportWriteError(
+            error.errno,
+            f"could not write the export to {output_dir} ({error}); nothing is left there: "
+            "free space on that disk or choose another --output-dir",
+        )
+    if failure is not None:  # outside the handler: its traceback no longer holds the dataset
+        _remove_late_writes(output_dir)
+        raise failure
     logger.info("exported %d frames, %d episodes to %s", report.frames, report.episodes, output_dir)
     return report

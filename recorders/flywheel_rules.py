@@ -24,11 +24,13 @@ from recorders.record_format import SCHEMA_VERSION, JsonlContents, float_from_js
 
 VERDICT_REASONS = (
     "run_unfinished",
+    "record_write_failed",
     "environment_success_null",
     "environment_success_false",
     "environment_success_not_bool",
 )
-"""Task reasons of a well-formed `task.json` whose env verdict is not exactly true."""
+"""Task reasons of a well-formed `task.json` that is not exported: the recorder did not finish
+it, could not write all of its records (a full disk), or its env verdict is not exactly true."""
 DEFAULT_SOURCES = ("vla",)
 """Sources exported by default: VLA actions only (DESIGN.md §7)."""
 
@@ -92,7 +94,9 @@ def task_exclusion(task: dict[str, Any]) -> str | None:
     except Rejected as rejected:
         return f"task_json_{rejected.reason}"
     if finished_at is None:
-        return "run_unfinished"  # the recorder never wrote the end: killed or crashed
+        return "run_unfinished"  # the recorder never wrote the end: killed, crashed, disk full
+    if result.get("record_write_error") is not None:
+        return "record_write_failed"
     if verdict is None:
         return "environment_success_null"
     if verdict is False:

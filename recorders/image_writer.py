@@ -7,6 +7,7 @@ by the next `submit`, `flush` or `close` (after every other queued image was sti
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import struct
 import threading
@@ -64,11 +65,14 @@ def write_png(path: Path, image: np.ndarray, compression: int = DEFAULT_PNG_COMP
     """Write one uint8 HxWx3 image as a PNG file (`encode_png` at zlib level `compression`).
 
     Raises:
-        ImageWriteError: When the image cannot be encoded or the file cannot be written.
+        ImageWriteError: When the image cannot be encoded or the file cannot be written (no
+            partial file is left behind).
     """
     try:
         Path(path).write_bytes(encode_png(image, compression))
     except Exception as error:  # a worker thread must never die silently: report every failure
+        with contextlib.suppress(OSError):  # a cut file (full disk) must not pass for an image
+            Path(path).unlink(missing_ok=True)
         raise ImageWriteError(f"could not write image {path}: {error}") from error
 
 

@@ -118,6 +118,11 @@ def styled_keys(features: Mapping[str, Mapping[str, Any]], key_style: KeyStyle) 
     }
 
 
+def staging_dir(output_dir: Path) -> Path:
+    """The hidden sibling `staged_output_dir` builds `output_dir` in (this process's)."""
+    return output_dir.parent / f".{output_dir.name}.partial-{os.getpid()}"
+
+
 @contextlib.contextmanager
 def staged_output_dir(output_dir: Path) -> Iterator[Path]:
     """Yield a temporary sibling path of `output_dir`, renamed to it when the block succeeds.
@@ -135,7 +140,7 @@ def staged_output_dir(output_dir: Path) -> Iterator[Path]:
             f"output dir {output_dir} already exists; choose a new path or remove it first"
         )
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = output_dir.parent / f".{output_dir.name}.partial-{os.getpid()}"
+    staging = staging_dir(output_dir)
     shutil.rmtree(staging, ignore_errors=True)
     try:
         yield staging

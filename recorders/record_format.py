@@ -3,6 +3,11 @@
 One task is one folder `<output-dir>/trajectories/<task_id>/` (DESIGN.md §6). JSON never
 contains NaN or infinity: non-finite floats are written as the strings "NaN", "Infinity" and
 "-Infinity", so every line stays valid JSON even when an action or a reward is not a number.
+
+A write that fails (the disk is full, the folder was removed) raises `RecordWriteError`
+naming the file: `task.json` keeps its previous content, and a JSONL file keeps every line
+before the failed one (at most that line is cut, which readers report as
+"truncated_last_line") and accepts no further line, so nothing is ever glued onto a cut one.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ PREDICTIONS_FILE = "predictions.jsonl"
 ACTIONS_FILE = "actions.jsonl"
 ARTIFACTS_DIR = "artifacts"
 NON_FINITE_NAMES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+FREE_SPACE_HINT = "free space on that disk or record into another folder"
+
+
+class RecordWriteError(OSError):
+    """A record file could not be written (disk full, ...); `errno` is the system's reason."""
 
 
 @dataclass
@@ -156,36 +166,63 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     Args:
         path: Destination file.
         payload: JSON object to write (made NaN-safe).
+
+    Raises:
+        RecordWriteError: When the file cannot be written (`path` is then unchanged).
     """
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     text = json.dumps(to_json_safe(payload), allow_nan=False, indent=2)
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise RecordWriteError(
+            error.errno, f"could not write {path} ({error}); it is unchanged: {FREE_SPACE_HINT}"
+        ) from error
 
 
 class JsonlAppender:
-    """An append-only JSONL file: each record is one `write` of a full line, then a flush.
+    """An append-only JSONL file: each record is one full line handed to the OS at once.
 
     A crash (even SIGKILL) loses at most the record being written; every earlier line is
-    complete on disk.
+    complete on disk. After a failed write the file takes no more lines (see the module).
     """
 
     def __init__(self, path: Path) -> None:
-        """Open `path` for appending (created when missing)."""
+        """Open `path` for appending (created when missing), unbuffered."""
         self.path = path
-        self._handle = open(path, "a", encoding="utf-8")
+        self._file = open(path, "ab", buffering=0)
+        self.failure: str | None = None
+        """Why a write failed (the file then takes no more lines); None while all succeeded."""
+        self._failure_errno: int | None = None
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Write `record` as one line and flush it to the OS."""
-        self._handle.write(dumps_record(record) + "\n")
-        self._handle.flush()
+        """Write `record` as one line.
+
+        Raises:
+            RecordWriteError: When this or an earlier line could not be written.
+        """
+        if self.failure is not None:
+            raise RecordWriteError(self._failure_errno, self.failure)
+        line = memoryview((dumps_record(record) + "\n").encode("utf-8"))
+        try:
+            while line:  # a write to a nearly full disk may take only part of the line
+                line = line[self._file.write(line) :]
+        except OSError as error:
+            self._failure_errno = error.errno
+            self.failure = (
+                f"could not append a line to {self.path} ({error}); its earlier lines are "
+                f"intact and it takes no more: {FREE_SPACE_HINT}"
+            )
+            raise RecordWriteError(error.errno, self.failure) from error
 
     def close(self) -> None:
         """Close the file (idempotent)."""
-        self._handle.close()
+        self._file.close()
 
 
 @dataclass

@@ -9,12 +9,25 @@ Ids (`req-N`, `call-N`, `pred-N`) are unique over the writer's whole life, so an
 an earlier task can never link to a record of the current one. An action label
 (`set_action_source`) lasts until the next call or until the task is closed; a new task starts
 with `default_source`.
+
+Guarantees under long and unlucky runs (tests/recorders/test_memory_growth.py,
+test_concurrent_writers.py, test_disk_full.py, test_record_kill.py):
+- Memory stays flat: nothing is kept per step or per task (lines go to the OS as they are
+  written; images wait in a bounded queue); 10^6 steps: bench/long_run_memory.py record.
+- Writers never overwrite each other: a task folder is created with one `mkdir`, which fails
+  when the name is taken, so writers in several processes can share a run folder (derived
+  names get a suffix; an explicit `task_id` that is taken raises FileExistsError).
+- A full disk raises `RecordWriteError` naming the file (`ImageWriteError` for an image), and
+  the task stops taking records. Earlier tasks are untouched; the broken task's `task.json`
+  says `result.record_write_error` when it can still be written (exported as reason
+  "record_write_failed"), else it stays unfinished ("run_unfinished").
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import os
 import threading
 import time
@@ -31,12 +44,14 @@ from recorders import record_format as fmt
 from recorders.image_writer import DEFAULT_PNG_COMPRESSION, BackgroundImageWriter, ImageWriteError
 from recorders.lerobot_io import is_image
 from recorders.provenance import ACTION_SOURCES, PREDICTION_SOURCES, ActionSource, PredictionSource
-from recorders.record_format import TaskMetadata
+from recorders.record_format import RecordWriteError, TaskMetadata
 from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
 
+logger = logging.getLogger(__name__)
 __all__ = [
     "ActionLabel",
     "RecordError",
+    "RecordWriteError",
     "TaskMetadata",
     "TrajectoryReader",
     "TrajectoryWriter",
@@ -74,8 +89,16 @@ class _OpenTask:
         self.finished = False
         self.image_failures_before = 0
 
+    @property
+    def appenders(self) -> tuple[fmt.JsonlAppender, ...]:
+        return self.planners, self.predictions, self.actions
+
+    def write_failure(self) -> str | None:
+        """Why a record line of the task could not be written (the first), None if none."""
+        return next((a.failure for a in self.appenders if a.failure is not None), None)
+
     def close_files(self) -> None:
-        for appender in (self.planners, self.predictions, self.actions):
+        for appender in self.appenders:
             appender.close()
 
 
@@ -151,25 +174,39 @@ class TrajectoryWriter:
         Raises:
             FileExistsError: When the explicit `task_id` folder exists (never overwritten).
             ValueError: When `task_id` is not a plain folder name.
+            RecordWriteError: When the task's folder or files cannot be created (disk full).
         """
         with self._lock:
             self._require_open()
             self.close_task()
-            task_dir = self._make_task_dir(metadata, task_id)
-            task_json = {
-                "schema_version": fmt.SCHEMA_VERSION,
-                "task_id": task_dir.name,
-                "episode_index": self._tasks_started,
-                **asdict(metadata),
-                "default_source": self.default_source,
-                "started_at": _now(),
-                "finished_at": None,
-                "result": {"environment_success": None, "end_reason": None, "steps": 0},
-            }
-            self._task = _OpenTask(task_dir, task_json)
+            try:
+                task_dir = self._make_task_dir(metadata, task_id)
+                self._task = self._open_task(task_dir, metadata)
+            except (FileExistsError, RecordWriteError):
+                raise
+            except OSError as error:
+                raise RecordWriteError(
+                    error.errno,
+                    f"could not create a task in {self.trajectories_dir} ({error}); "
+                    f"{fmt.FREE_SPACE_HINT}",
+                ) from error
             self._task.image_failures_before = self._images.failure_count
             self._tasks_started += 1
             return task_dir.name
+
+    def _open_task(self, task_dir: Path, metadata: TaskMetadata) -> _OpenTask:
+        """The files of a new task, its first `task.json` written."""
+        task_json = {
+            "schema_version": fmt.SCHEMA_VERSION,
+            "task_id": task_dir.name,
+            "episode_index": self._tasks_started,
+            **asdict(metadata),
+            "default_source": self.default_source,
+            "started_at": _now(),
+            "finished_at": None,
+            "result": {"environment_success": None, "end_reason": None, "steps": 0},
+        }
+        return _OpenTask(task_dir, task_json)
 
     def record_action(
         self,
@@ -222,6 +259,7 @@ class TrajectoryWriter:
         Raises:
             ImageWriteError: When an image of the task could not be written (the final
                 `task.json` is written first and names the error).
+            RecordWriteError: When the final `task.json` cannot be written.
         """
         if end_reason not in END_REASONS:
             raise ValueError(f"end_reason={end_reason!r}: use one of {END_REASONS}")
@@ -239,6 +277,7 @@ class TrajectoryWriter:
                 "steps": task.step,
                 "image_write_failures": self._images.failure_count - task.image_failures_before,
                 "image_write_error": str(image_error) if image_error else None,
+                "record_write_error": task.write_failure(),
             }
             fmt.write_json_atomic(task.dir / fmt.TASK_FILE, task.task_json)
             task.finished = True
@@ -419,8 +458,12 @@ class TrajectoryWriter:
 
 def _close_if_alive(writer_ref: weakref.ref[TrajectoryWriter]) -> None:
     writer = writer_ref()
-    if writer is not None:
+    if writer is None:
+        return
+    try:
         writer.close()
+    except (RecordWriteError, ImageWriteError) as error:  # raised to the recording code before
+        logger.warning("closing %s at exit: %s", writer.output_dir, error)
 
 
 def _check_source(source: Any, allow_none: bool) -> None:

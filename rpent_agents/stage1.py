@@ -5,6 +5,11 @@ detached, so `rlt_loss` trains only the RL token; `vla_loss` trains the VLA. Bot
 TensorBoard (when installed). The output folder is a checkpoint (`model.safetensors`,
 `config.json`, `norm_stats.json`) plus `training_state.pt` for resuming.
 
+Every save replaces its files as one set (`rpent_agents.atomic_save`: staging folder, fsync,
+rename): a run killed at any moment (SIGKILL, power cut) leaves the last complete save, and
+`--resume` continues from it; a run killed before its first save is refused by `--resume`
+with a message saying so.
+
     rpent-stage1 export-cache --dataset demos/peg --output demos/peg.npz
     rpent-stage1 train --data demos/peg.npz --output-dir checkpoints/peg --steps 3000
     rpent-stage1 train --data exports/run/train --init-from checkpoints/peg --output-dir ft
@@ -31,9 +36,14 @@ import torch
 import tyro
 from tqdm import tqdm
 
+from rpent_agents.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.devices import resolve_device
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
-from rpent_agents.features.checkpoint import load_checkpoint, save_checkpoint
+from rpent_agents.features.checkpoint import (
+    WEIGHTS_FILE,
+    load_checkpoint,
+    write_checkpoint_files,
+)
 from rpent_agents.features.norm import NormStats
 from rpent_agents.frame_cache import IMAGE_KEYS, FrameCache, cache_from_lerobot, load_frames
 from rpent_agents.rlt_token import RLToken, RLTokenConfig
@@ -250,15 +260,15 @@ class SummaryLog:
             self.writer.flush()
 
 
-def _save_training_state(
-    args: TrainArgs,
+def _write_training_state(
+    folder: Path,
     vla: BuiltinVLA,
     rl_token: RLToken,
     optimizer: torch.optim.Optimizer,
     step: int,
     best_val_chunk_mse: float,
 ) -> None:
-    """Write the full-precision state that `--resume` continues from."""
+    """Write the full-precision state that `--resume` continues from into `folder`."""
     state = {
         "step": step,
         "vla": vla.state_dict(),
@@ -267,22 +277,18 @@ def _save_training_state(
         "rng": torch.get_rng_state(),
         "best_val_chunk_mse": best_val_chunk_mse,
     }
-    torch.save(state, args.output_dir / TRAINING_STATE_FILE)
+    torch.save(state, folder / TRAINING_STATE_FILE)
 
 
-def _save_checkpoint(
-    args: TrainArgs, vla: BuiltinVLA, rl_token: RLToken, step: int, val_chunk_mse: float | None
-) -> None:
-    """Write the checkpoint files (the weights Stage 2 and the envs load)."""
-    metadata = {
+def _checkpoint_metadata(args: TrainArgs, step: int, val_chunk_mse: float | None) -> dict:
+    """What `config.json` says about the run that wrote the weights."""
+    return {
         "step": step,
         "data": Path(args.data).name,
         "init_from": str(args.init_from) if args.init_from else None,
         "rlt_alpha": args.rlt_alpha,
         "val_chunk_mse": val_chunk_mse,
     }
-    dtype = getattr(torch, args.weights_dtype)
-    save_checkpoint(args.output_dir, vla, rl_token, metadata, weights_dtype=dtype)
 
 
 def learning_rate_factor(args: TrainArgs, step: int, time_fraction: float) -> float:
@@ -310,14 +316,25 @@ def initial_models(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLTo
 
 
 def _is_resuming(args: TrainArgs) -> bool:
-    """True for --resume on a folder with a training state; refuses any other existing folder."""
-    resuming = args.resume and (args.output_dir / TRAINING_STATE_FILE).is_file()
-    if args.output_dir.exists() and not resuming:
+    """True for --resume on a folder with a training state; refuses any other existing folder.
+
+    A save that a kill interrupted after its commit is finished first, so the run resumes
+    from the last complete save.
+    """
+    if not args.output_dir.exists():
+        return False
+    if not args.resume:
         raise FileExistsError(
             f"output dir {args.output_dir} exists; pass --resume to continue it or choose a"
             " new path"
         )
-    return resuming
+    complete_interrupted_save(args.output_dir)
+    if not (args.output_dir / TRAINING_STATE_FILE).is_file():
+        raise FileExistsError(
+            f"--resume: {args.output_dir} holds no {TRAINING_STATE_FILE} (the run stopped before"
+            " its first save, or the folder is no Stage 1 run); remove it or choose a new path"
+        )
+    return True
 
 
 def _resumed_models(args: TrainArgs) -> tuple[BuiltinVLA, RLToken, dict]:
@@ -376,21 +393,37 @@ class Stage1Trainer:
         self.optimizer.step()
         return losses
 
-    def validate(self, step: int) -> float | None:
-        """`val/chunk_mse` now; with keep_best_val, a new best is saved as the checkpoint."""
-        if self.val_frames is None:
-            return None
-        val = validation_chunk_mse(self.vla, self.sampler, self.val_frames)
-        if self.args.keep_best_val and val < self.best_val:
+    @property
+    def selects_by_val(self) -> bool:
+        """Whether the checkpoint files hold the best-validation weights (keep_best_val)."""
+        return self.args.keep_best_val and self.val_frames is not None
+
+    def log_and_validate(
+        self, step: int, losses: dict[str, torch.Tensor]
+    ) -> tuple[float | None, bool]:
+        """Log the losses and `val/chunk_mse`.
+
+        Returns:
+            `val/chunk_mse` (None without validation), and whether it is the best so far
+            (only counted when the checkpoint selects by validation).
+        """
+        scalars = {f"train/{name}": value.item() for name, value in losses.items()}
+        val = None
+        if self.val_frames is not None:
+            val = validation_chunk_mse(self.vla, self.sampler, self.val_frames)
+            scalars["val/chunk_mse"] = val
+        scalars["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        self.log.scalars(scalars, step)
+        improved = self.selects_by_val and val < self.best_val
+        if improved:
             self.best_val = val
-            _save_checkpoint(self.args, self.vla, self.rl_token, step, val)
-        return val
+        return val, improved
 
     def run(self) -> Path:
         """Train up to args.steps or the time budget; returns the checkpoint folder."""
         args = self.args
         args.output_dir.mkdir(parents=True, exist_ok=True)
-        log = SummaryLog(args.output_dir / "tensorboard")
+        self.log = SummaryLog(args.output_dir / "tensorboard")
         budget_s = args.max_minutes * 60
         started_s = time.monotonic()
         last_val = None
@@ -399,15 +432,12 @@ class Stage1Trainer:
             elapsed_s = time.monotonic() - started_s
             losses = self.train_step(step, elapsed_s / budget_s if budget_s > 0 else 0.0)
             out_of_time = budget_s > 0 and elapsed_s > budget_s
-            if step % args.log_every == 0 or step == args.steps or out_of_time:
-                scalars = {f"train/{name}": value.item() for name, value in losses.items()}
-                last_val = self.validate(step)
-                if last_val is not None:
-                    scalars["val/chunk_mse"] = last_val
-                scalars["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]
-                log.scalars(scalars, step)
-            if step % args.save_every == 0 or step == args.steps or out_of_time:
-                self.save(step, last_val)
+            last_step = step == args.steps or out_of_time
+            improved = False
+            if step % args.log_every == 0 or last_step:
+                last_val, improved = self.log_and_validate(step, losses)
+            if step % args.save_every == 0 or last_step or improved:
+                self.save(step, last_val, improved)
             if out_of_time:
                 logger.info(
                     "stopped at step %d: --max-minutes %.1f reached", step, args.max_minutes
@@ -415,13 +445,24 @@ class Stage1Trainer:
                 break
         return args.output_dir
 
-    def save(self, step: int, val_chunk_mse: float | None) -> None:
-        """The resume state; the checkpoint too unless keep_best_val picks it by validation."""
-        if not (self.args.keep_best_val and self.val_frames is not None):
-            _save_checkpoint(self.args, self.vla, self.rl_token, step, val_chunk_mse)
-        _save_training_state(
-            self.args, self.vla, self.rl_token, self.optimizer, step, self.best_val
+    def save(self, step: int, val_chunk_mse: float | None, best_val: bool) -> None:
+        """Save the resume state and the checkpoint files as one set, whatever kills it.
+
+        With keep_best_val the checkpoint files are only written when `best_val` (these are
+        the best weights so far) or when there are none yet.
+        """
+        args = self.args
+        with_checkpoint = (
+            best_val or not self.selects_by_val or not (args.output_dir / WEIGHTS_FILE).is_file()
         )
+        with staged_save(args.output_dir) as staging:
+            if with_checkpoint:
+                metadata = _checkpoint_metadata(args, step, val_chunk_mse)
+                dtype = getattr(torch, args.weights_dtype)
+                write_checkpoint_files(staging, self.vla, self.rl_token, metadata, dtype)
+            _write_training_state(
+                staging, self.vla, self.rl_token, self.optimizer, step, self.best_val
+            )
 
 
 def train(args: TrainArgs) -> Path:

@@ -3,6 +3,11 @@
 One folder holds the built-in VLA and its RL token; Stage 1 writes it, Stage 2 and
 `wrappers.RLTObservation` (through `load_featurizer`) read it. The embedded default ships inside
 the package (`DEFAULT_CHECKPOINT_DIR`).
+
+A save replaces the three files as one set (`rpent_agents.atomic_save`): a process killed while
+saving leaves the previous checkpoint or the new one, never a mix, and the loader finishes a
+save that was committed before the kill. A file damaged some other way (truncated by a copy,
+written by hand) is refused with a `CheckpointError` naming it, never loaded half.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from rpent_agents.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
@@ -26,17 +33,21 @@ DEFAULT_CHECKPOINT_DIR = Path(__file__).parent / "default_checkpoint"
 FEATURE_MODEL_KIND = "builtin"
 
 
-def save_checkpoint(
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read (truncated or not written by a save)."""
+
+
+def write_checkpoint_files(
     folder: Path,
     vla: BuiltinVLA,
     rl_token: RLToken,
     metadata: dict[str, Any] | None = None,
     weights_dtype: torch.dtype = torch.float32,
 ) -> None:
-    """Write the VLA and RL token into `folder` (created if needed; files are replaced).
+    """Write the three checkpoint files into an existing folder (a `staged_save` staging one).
 
     Args:
-        folder: Checkpoint folder.
+        folder: Where to write them.
         vla: The built-in VLA (its norm stats are saved too).
         rl_token: The RL token trained on the VLA's prefix.
         metadata: Extra JSON-serialisable facts stored under "metadata" (step, dataset...).
@@ -44,7 +55,6 @@ def save_checkpoint(
             always returns float32 modules).
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     tensors = {
         f"{prefix}.{name}": value.detach().to("cpu", weights_dtype).contiguous()
         for prefix, module in (("vla", vla), ("rl_token", rl_token))
@@ -61,19 +71,58 @@ def save_checkpoint(
     vla.norm_stats.save(folder)
 
 
+def save_checkpoint(
+    folder: Path,
+    vla: BuiltinVLA,
+    rl_token: RLToken,
+    metadata: dict[str, Any] | None = None,
+    weights_dtype: torch.dtype = torch.float32,
+) -> None:
+    """Replace the checkpoint files of `folder` (created if needed) as one set.
+
+    Args:
+        folder: Checkpoint folder.
+        vla: The built-in VLA (its norm stats are saved too).
+        rl_token: The RL token trained on the VLA's prefix.
+        metadata: Extra JSON-serialisable facts stored under "metadata" (step, dataset...).
+        weights_dtype: Storage dtype of the weights (bfloat16 halves the size; loading
+            always returns float32 modules).
+    """
+    with staged_save(folder) as staging:
+        write_checkpoint_files(staging, vla, rl_token, metadata, weights_dtype)
+
+
 def read_config(folder: Path) -> dict[str, Any]:
-    """The `config.json` of a checkpoint folder.
+    """The `config.json` of a checkpoint folder (finishing a save a kill interrupted).
 
     Raises:
         FileNotFoundError: When the folder lacks one of the three checkpoint files.
+        CheckpointError: When `config.json` is not valid JSON.
     """
     folder = Path(folder)
+    complete_interrupted_save(folder)
     for name in (WEIGHTS_FILE, CONFIG_FILE):
         if not (folder / name).is_file():
             raise FileNotFoundError(
                 f"{folder / name} is missing; pass a folder written by rpent-stage1"
             )
-    return json.loads((folder / CONFIG_FILE).read_text())
+    try:
+        return json.loads((folder / CONFIG_FILE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(
+            f"{folder / CONFIG_FILE} is not valid JSON ({error}); the folder was not written by"
+            " a complete rpent-stage1 save: retrain, or restore the folder from a copy"
+        ) from error
+
+
+def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(path)
+    except SafetensorError as error:
+        raise CheckpointError(
+            f"{path} cannot be read ({error}); it is truncated or damaged: retrain, or restore"
+            " the folder from a copy"
+        ) from error
 
 
 def load_checkpoint(
@@ -83,6 +132,10 @@ def load_checkpoint(
 
     Returns:
         The VLA, the RL token and the folder's config (with "metadata").
+
+    Raises:
+        FileNotFoundError: When a checkpoint file is missing.
+        CheckpointError: When a checkpoint file cannot be read.
     """
     config = read_config(folder)
     if config.get("feature_model") != FEATURE_MODEL_KIND:
@@ -92,7 +145,7 @@ def load_checkpoint(
         )
     vla = BuiltinVLA(BuiltinVLAConfig(**config["vla"]), NormStats.load(folder))
     rl_token = RLToken(RLTokenConfig(**config["rl_token"]))
-    tensors = load_file(Path(folder) / WEIGHTS_FILE)
+    tensors = _load_tensors(Path(folder) / WEIGHTS_FILE)
     for prefix, module in (("vla", vla), ("rl_token", rl_token)):
         state = {
             name[len(prefix) + 1 :]: value.float()

@@ -3,8 +3,11 @@
 A run folder holds everything a resumed run needs to continue where it stopped:
 `stage2_config.json`, `learner_state.pt` (networks, target critic, optimizers, update counter,
 schedule, random states and the caller's `extra` counters), `replay.npz` (the replay buffer) and
-`weights.pt` (the actor and critic alone, loadable with `load_weights`). A save writes a fresh
-folder next to the old one and swaps it in, so an interrupted save never leaves a mixed folder.
+`weights.pt` (the actor and critic alone, loadable with `load_weights`), plus any files the
+caller adds (`rpent-stage2` adds its results). A save replaces all of them as one set
+(`rpent_agents.atomic_save`: staging folder, fsync, rename): a process killed at any moment
+leaves the previous save or the new one, never a mix and never no folder, and `resume_run`
+(like every later save) first finishes a save that was committed before the kill.
 
 Example:
     >>> learner = Stage2Learner(Stage2Config(device="cpu"), RLTDims(16, 9, 10, 8))
@@ -19,12 +22,13 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rpent_agents.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import RLTDims
@@ -60,32 +64,32 @@ def _learner_state(learner: Stage2Learner, extra: dict[str, Any]) -> dict[str, A
     }
 
 
-def save_run(learner: Stage2Learner, folder: Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write the whole run to `folder` (replacing an earlier save there).
+def save_run(
+    learner: Stage2Learner,
+    folder: Path,
+    extra: dict[str, Any] | None = None,
+    write_more: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write the whole run to `folder`, replacing an earlier save there as one set.
 
     Args:
         learner: The learner to save.
         folder: The run folder.
         extra: The caller's own counters (plain Python values), returned by `resume_run`.
+        write_more: Writes the caller's own files into the folder it is given (the staging
+            folder); they are installed with the rest of the save.
 
     Returns:
         `folder`.
     """
-    folder = Path(folder)
-    staging = folder.with_name(folder.name + ".saving")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    learner.config.to_json(staging / CONFIG_FILE)
-    torch.save(_learner_state(learner, extra or {}), staging / STATE_FILE)
-    learner.replay.save(staging / REPLAY_FILE)
-    save_weights(learner, staging / WEIGHTS_FILE)
-    previous = folder.with_name(folder.name + ".previous")
-    if folder.exists():
-        shutil.rmtree(previous, ignore_errors=True)
-        folder.rename(previous)
-    staging.rename(folder)
-    shutil.rmtree(previous, ignore_errors=True)
-    return folder
+    with staged_save(folder) as staging:
+        learner.config.to_json(staging / CONFIG_FILE)
+        torch.save(_learner_state(learner, extra or {}), staging / STATE_FILE)
+        learner.replay.save(staging / REPLAY_FILE)
+        save_weights(learner, staging / WEIGHTS_FILE)
+        if write_more is not None:
+            write_more(staging)
+    return Path(folder)
 
 
 def _restore_random_states(learner: Stage2Learner, states: dict[str, Any]) -> None:
@@ -113,6 +117,7 @@ def resume_run(
         FileNotFoundError: When `folder` lacks one of the run files.
     """
     folder = Path(folder)
+    complete_interrupted_save(folder)
     for name in (CONFIG_FILE, STATE_FILE, REPLAY_FILE):
         if not (folder / name).is_file():
             raise FileNotFoundError(
@@ -161,6 +166,7 @@ def load_weights(learner: Stage2Learner, path: Path) -> None:
     """
     path = Path(path)
     if path.is_dir():
+        complete_interrupted_save(path)
         path = path / WEIGHTS_FILE
     weights = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(weights, dict) or weights.get("format") != WEIGHTS_FORMAT:

@@ -3,6 +3,11 @@
 A transition is one executed chunk: the RLT observation it was decided from, the H actions that
 ran, their per-step rewards, the next observation, whether the episode ended, and which steps a
 human or expert drove. `rpent_agents.stage2.transitions` builds them from env infos.
+
+Memory: the storage is allocated at its capacity up front (its pages are touched as it fills)
+and a full buffer turns over in place, so resident memory stops growing at capacity however
+long the run (test_stage2_replay.py; bench/long_run_memory.py replay). `save` copies the
+stored transitions once more for the file while it writes.
 """
 
 from __future__ import annotations

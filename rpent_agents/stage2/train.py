@@ -12,7 +12,9 @@ evaluations on the same seeds, checkpoints and results.
 
 --output-dir gets results.json (base success, eval curve, env steps, wall time),
 success_curve.png, tensorboard/ and run/ (the checkpoint `--resume` continues from); the
-results, the plot and the checkpoint are rewritten after every evaluation.
+results, the plot and the checkpoint are rewritten after every evaluation. The results are
+saved inside run/ too, with the learner as one set, so a run killed at any moment resumes
+with results that match its learner (results.json next to run/ is the copy to read).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import tyro
 from tqdm import tqdm
 
+from rpent_agents.atomic_save import complete_interrupted_save
 from rpent_agents.learning_report import EvalPoint, LearningResults
 from rpent_agents.rlt_envs import PegRLTConfig
 from rpent_agents.rlt_evaluation import EvalResult, evaluate_on_seeds
@@ -45,6 +48,7 @@ from rpent_agents.stage2.scalar_log import ScalarLog
 from rpent_agents.stage2.transitions import build_transition, vector_step_items
 
 logger = logging.getLogger(__name__)
+RESULTS_FILE = "results.json"
 SAVE_RESERVE_S = 30.0
 """Time kept back at the end of a budgeted run for the last checkpoint and results."""
 
@@ -135,32 +139,38 @@ def stage2_config_of_run(args: TrainArgs) -> Stage2Config:
         FileExistsError: A fresh run into a folder that holds one (nothing is overwritten).
         FileNotFoundError: --resume without a run in the folder.
     """
-    run_dir, results_path = args.output_dir / "run", args.output_dir / "results.json"
+    run_dir = args.output_dir / "run"
     if not args.resume:
-        if run_dir.exists() or results_path.exists():
+        if run_dir.exists() or (args.output_dir / RESULTS_FILE).exists():
             raise FileExistsError(
                 f"{args.output_dir} holds a run; pass --resume to continue it or choose another "
                 "--output-dir"
             )
         return args.stage2
-    for path in (run_dir / CONFIG_FILE, results_path):
+    complete_interrupted_save(run_dir)
+    for path in (run_dir / CONFIG_FILE, saved_results_path(args.output_dir)):
         if not path.is_file():
             raise FileNotFoundError(f"--resume: {path} is missing; no run to continue there")
     logger.info("resuming %s with its saved Stage 2 config (--stage2.* ignored)", args.output_dir)
     return Stage2Config.from_json(run_dir / CONFIG_FILE)
 
 
+def saved_results_path(output_dir: Path) -> Path:
+    """The results saved with the learner in run/ (next to run/ for runs saved before they were)."""
+    with_learner = output_dir / "run" / RESULTS_FILE
+    return with_learner if with_learner.is_file() else output_dir / RESULTS_FILE
+
+
 def start_or_resume(
     args: TrainArgs, config: Stage2Config, dims: RLTDims
 ) -> tuple[Stage2Learner, RunState, LearningResults]:
     """A fresh learner and results, or the ones saved in args.output_dir."""
-    run_dir, results_path = args.output_dir / "run", args.output_dir / "results.json"
     eval_seeds = list(range(args.eval_seed, args.eval_seed + args.num_eval_episodes))
     if not args.resume:
         results = LearningResults(eval_seeds=eval_seeds, args=dataclasses.asdict(args))
         return Stage2Learner(config, dims), RunState(), results
-    learner, extra = resume_run(run_dir)
-    results = LearningResults.load(results_path)
+    learner, extra = resume_run(args.output_dir / "run")
+    results = LearningResults.load(saved_results_path(args.output_dir))
     if results.eval_seeds != eval_seeds:
         raise ValueError(
             f"--eval-seed/--num-eval-episodes give seeds {eval_seeds[0]}..{eval_seeds[-1]}; the "
@@ -366,14 +376,19 @@ class Stage2Run:
         )  # fmt: skip
 
     def checkpoint(self) -> None:
-        """Save the run, results.json and the plot (consistent with each other)."""
+        """Save the run with its results as one set, then the results' copy and the plot."""
         state, results, learner = self.state, self.results, self.learner
         state.wall_time_s = self.clock.run_wall_time_s
         state.last_save_env_steps = state.env_steps
-        save_run(learner, self.args.output_dir / "run", extra=dataclasses.asdict(state))
         results.env_steps, results.wall_time_s = state.env_steps, state.wall_time_s
         results.transitions, results.updates = learner.replay.total_added, learner.update_step
-        results.save(self.args.output_dir / "results.json")
+        save_run(
+            learner,
+            self.args.output_dir / "run",
+            extra=dataclasses.asdict(state),
+            write_more=lambda staging: results.save(staging / RESULTS_FILE),
+        )
+        results.save(self.args.output_dir / RESULTS_FILE)
         results.plot(self.args.output_dir / "success_curve.png")
 
 

@@ -1,11 +1,14 @@
-"""What the Franka env needs from a robot connection, and the two errors a backend raises.
+"""What the Franka env needs from a robot connection, and the errors a backend raises.
 
 Backends: `FrankyBackend` (a real arm or franky-sim, through franky) and `MemoryFrankaBackend`
-(kinematic, in-process, for logic tests and dry runs).
+(kinematic, in-process, for logic tests and dry runs). Both refuse a target pose holding NaN
+or inf (`refuse_non_finite_target`): the arm is commanded to stop and `FrankaCommandError`
+raised, so no NaN is ever sent to the arm, whatever computed it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,6 +23,28 @@ class FrankaControlError(RuntimeError):
 
 class FrankaConnectionError(ConnectionError):
     """The connection to the robot is lost; nothing more can be sent until it is re-established."""
+
+
+class FrankaCommandError(ValueError):
+    """A command refused before it was sent (a non-finite target); the arm was told to stop."""
+
+
+def refuse_non_finite_target(pose: Pose, stop: Callable[[], None], arm: str) -> None:
+    """Stop the arm and raise `FrankaCommandError` when `pose` holds NaN or inf.
+
+    Args:
+        pose: The target about to be sent.
+        stop: Stops the arm's motion in progress.
+        arm: Names the arm in the message.
+    """
+    if np.all(np.isfinite(pose.as_vector())):
+        return
+    stop()
+    raise FrankaCommandError(
+        f"refused to send a target pose holding NaN or inf to {arm} (position "
+        f"{pose.position_m}, quaternion {pose.quat_xyzw}); the arm was commanded to stop. Check "
+        "what computed the target (the measured state, the policy), then reset()"
+    )
 
 
 @dataclass(frozen=True)
@@ -57,7 +82,8 @@ class FrankaBackend(Protocol):
         """Start moving the TCP to an absolute pose; returns at once.
 
         A motion in progress is replaced smoothly. `dynamics_factor` in (0, 1] scales the arm's
-        velocity, acceleration and jerk limits.
+        velocity, acceleration and jerk limits. A pose holding NaN or inf is never sent: the
+        arm is stopped and `FrankaCommandError` raised (`refuse_non_finite_target`).
         """
         ...
 

@@ -15,6 +15,7 @@ import numpy as np
 from rpent_envs.action_checks import checked_action
 from rpent_envs.franka.backend import (
     FrankaBackend,
+    FrankaCommandError,
     FrankaConnectionError,
     FrankaControlError,
     RobotSnapshot,
@@ -87,8 +88,21 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     (None, or the report of a reflex/control error: the env ran the automatic recovery and
     truncated the episode).
 
-    A lost connection raises `FrankaConnectionError`; the episode is over and `reset()`
-    reconnects. Reset: run the automatic error recovery, open the gripper (or grasp, with
+    Faults: every fault a step meets leaves the arm commanded to stop (where the connection
+    still lets a command through) and says so clearly:
+    - a NaN or inf action: refused with ValueError before anything moves, the arm stops; the
+      episode goes on with the next valid action;
+    - a target holding NaN or inf (say from a broken state reading): the backend refuses it
+      and stops the arm (`FrankaCommandError`); the episode is over;
+    - a reflex or control error (also in the middle of an action chunk): the arm's reflex
+      stopped it, the env runs the automatic recovery, commands a stop and truncates the
+      episode with `info["control_error"]`, so a chunk executor stops there; when the recovery
+      fails, `FrankaControlError` says how to clear the error;
+    - a lost connection raises `FrankaConnectionError` naming the arm; nothing can be sent,
+      and the arm stops itself when its command stream stops (FCI's communication watchdog;
+      franky-sim holds still likewise). The episode is over and `reset()` reconnects.
+
+    Reset: run the automatic error recovery, open the gripper (or grasp, with
     `reset_gripper_closed`), lift straight up to the reset height, then move to
     `reset_height_m` above the target (plus the seeded random offsets), slowly.
 
@@ -209,8 +223,8 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             raise gym.error.ResetNeeded(
                 "the Franka episode ended with an error (or never started); call reset()"
             )
-        action = self._checked_action(action)
         with self._lost_connection_ends_episode():
+            action = self._checked_action(action)
             try:
                 box_clipped = self._send_command(action)
                 overrun_s = self._wait_for_tick()
@@ -218,6 +232,9 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
                 snapshot = self.backend.read_state()
             except FrankaControlError as error:
                 return self._truncate_after_control_error(error)
+            except FrankaCommandError:  # the backend stopped the arm
+                self._episode_active = False
+                raise
         observation = self._observation(snapshot)
         info = self._info(observation, box_clipped, overrun_s)
         return observation, float(info["success"]), info["success"], False, info
@@ -243,7 +260,13 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             raise
 
     def _checked_action(self, action: np.ndarray) -> np.ndarray:
-        return np.clip(checked_action(action, (ACTION_DIM,), np.float64), -1.0, 1.0)
+        """The action clipped to [-1, 1]; a malformed one stops the arm and is refused."""
+        try:
+            checked = checked_action(action, (ACTION_DIM,), np.float64)
+        except ValueError:
+            self.backend.stop()  # a broken policy: hold still rather than finish the last target
+            raise
+        return np.clip(checked, -1.0, 1.0)
 
     def _send_command(self, action: np.ndarray) -> bool:
         """Send the step's pose target and gripper command; True when the box clipped it."""
@@ -276,6 +299,7 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         logger.warning("Franka control error, running the automatic recovery: %s", error)
         self._episode_active = False
         self._recover_or_raise(error)
+        self.backend.stop()  # recovered and idle; nothing more of the chunk may move it
         observation = self._observation(self.backend.read_state())
         info = self._info(observation, box_clipped=False, overrun_s=0.0)
         info["control_error"] = str(error)
@@ -293,10 +317,18 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
 
     def _recover_or_raise(self, cause: FrankaControlError | str) -> None:
         if not self.backend.recover():
+            self._stop_if_possible()
             raise FrankaControlError(
                 f"automatic error recovery failed ({cause}). Clear the error on the arm "
                 "(Desk / pilot buttons), then call reset()"
             )
+
+    def _stop_if_possible(self) -> None:
+        """Command a stop to an arm in an error state (it may refuse: that is logged)."""
+        try:
+            self.backend.stop()
+        except FrankaControlError as error:
+            logger.warning("the Franka refused the stop command: %s", error)
 
     def _reset_waypoints(self) -> tuple[Pose, Pose]:
         """Straight up from where the arm is, then the randomised pose above the target."""

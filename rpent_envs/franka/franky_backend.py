@@ -15,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from rpent_envs.franka.backend import FrankaConnectionError, FrankaControlError, RobotSnapshot
+from rpent_envs.franka.backend import (
+    FrankaConnectionError,
+    FrankaControlError,
+    RobotSnapshot,
+    refuse_non_finite_target,
+)
 from rpent_envs.franka.franky_gripper import SerialGripper
 from rpent_envs.franka.pose import Pose
 
@@ -109,7 +114,12 @@ class FrankyBackend:
         )
 
     def move_to(self, pose: Pose, dynamics_factor: float) -> None:
-        """Queue an absolute Cartesian motion; it takes over from the one in progress."""
+        """Queue an absolute Cartesian motion; it takes over from the one in progress.
+
+        Raises:
+            FrankaCommandError: For a pose holding NaN or inf (the arm is stopped instead).
+        """
+        refuse_non_finite_target(pose, self.stop, f"the Franka at {self.host}")
         franky = self._franky
         target = franky.Affine(pose.position_m, pose.quat_xyzw)
         motion = franky.CartesianMotion(
@@ -139,9 +149,14 @@ class FrankyBackend:
             return bool(self._robot.recover_from_errors())
 
     def stop(self) -> None:
-        """Stop the arm's motion (the gripper keeps its grasp)."""
+        """Stop the arm's motion and wait until it is stopped (the gripper keeps its grasp)."""
         with self._translated_errors("stopping"):
             self._robot.stop()
+            try:
+                self._robot.join_motion()
+            except self._franky.ControlException as error:
+                if "preempted" not in str(error):  # the stopped motion reports that it was
+                    raise
 
     def close(self) -> None:
         """Stop the arm if the connection still stands, then release it in any case."""

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from rpent_envs.franka.backend import FrankaConnectionError, FrankaControlError, RobotSnapshot
+from rpent_envs.franka.backend import (
+    FrankaConnectionError,
+    FrankaControlError,
+    RobotSnapshot,
+    refuse_non_finite_target,
+)
 from rpent_envs.franka.pose import Pose
 
 # franky-sim's FR3 at its initial joint positions: TCP 0.554 m ahead, 0.521 m up, pointing down.
@@ -15,10 +20,11 @@ GRIPPER_MAX_WIDTH_M = 0.08
 class MemoryFrankaBackend:
     """A Franka whose TCP and gripper reach every command at once.
 
-    It keeps every command (`commanded_poses`, `gripper_commands`: True = close) so tests and
-    dry runs can inspect what a real arm would have been sent, and has two fault switches that
-    behave like the real faults: `inject_control_error` (the next motion check raises, as after
-    a reflex, until `recover`) and `drop_connection` (every call raises until `connect`).
+    It keeps every command (`commanded_poses`, `gripper_commands`: True = close, `stops`: how
+    many stop commands it got) so tests and dry runs can inspect what a real arm would have
+    been sent, and has two fault switches that behave like the real faults:
+    `inject_control_error` (the next motion check raises, as after a reflex, until `recover`)
+    and `drop_connection` (every call raises until `connect`).
 
     Example:
         >>> backend = MemoryFrankaBackend()
@@ -37,6 +43,7 @@ class MemoryFrankaBackend:
         self.gripper_width_m = GRIPPER_MAX_WIDTH_M
         self.commanded_poses: list[Pose] = []
         self.gripper_commands: list[bool] = []
+        self.stops = 0
         self.recoveries = 0
         self._pending_error: str | None = None
         self._error_active = False
@@ -71,8 +78,13 @@ class MemoryFrankaBackend:
         return RobotSnapshot(self.tcp_pose, np.zeros(6), np.zeros(6), self.gripper_width_m)
 
     def move_to(self, pose: Pose, dynamics_factor: float) -> None:
-        """Record the target and jump to it; refused while a control error is active."""
+        """Record the target and jump to it; refused while a control error is active.
+
+        Raises:
+            FrankaCommandError: For a pose holding NaN or inf (a stop is recorded instead).
+        """
         self._require_connection()
+        refuse_non_finite_target(pose, self.stop, "the in-memory Franka")
         if self._error_active:
             raise FrankaControlError("the arm is in an error state; call recover() first")
         self.commanded_poses.append(pose)
@@ -107,8 +119,9 @@ class MemoryFrankaBackend:
         return True
 
     def stop(self) -> None:
-        """Nothing moves between calls."""
+        """Count the stop (nothing moves between calls)."""
         self._require_connection()
+        self.stops += 1
 
     def close(self) -> None:
         """Nothing to release."""

@@ -138,6 +138,7 @@ def test_reset_and_close_mid_episode_leave_no_verdict(tmp_path):
         "steps": 1,
         "image_write_failures": 0,
         "image_write_error": None,
+        "record_write_error": None,
     }
     assert task_of(second)["result"]["end_reason"] == "closed"
     assert task_of(second)["result"]["environment_success"] is None

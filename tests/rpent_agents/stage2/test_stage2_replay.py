@@ -1,5 +1,7 @@
 """Replay transitions from chunk infos, the ring buffer, its recent window and its file."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -142,3 +144,27 @@ def test_observed_reference_keeps_the_vla_chunk_on_intervened_steps():
     np.testing.assert_array_equal(item.ref_chunk, np.full((3, 2), 9.0))
     np.testing.assert_allclose(item.action[:2], [[0.3, 0.4], [0.5, 0.6]])  # the BC target
     np.testing.assert_array_equal(item.intervened, [True, True])
+
+
+def test_a_full_buffer_keeps_memory_flat_while_it_turns_over():
+    # CI-sized; bench/long_run_memory.py replay measures the default capacity (50000).
+    def resident_bytes():
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    dims, capacity = RLTDims(256, 9, 10, 8), 2000
+    buffer = ReplayBuffer(dims, chunk_len=10, capacity=capacity)
+    generator = torch.Generator().manual_seed(0)
+
+    def add(count):
+        for index in range(count):
+            buffer.add(transition(float(index), dims, chunk_len=10))
+            if index % 10 == 0:
+                buffer.sample(64, generator)
+
+    add(capacity)  # every page of the preallocated storage is touched
+    at_capacity = resident_bytes()
+    add(3 * capacity)
+    grown = resident_bytes() - at_capacity
+    assert len(buffer) == capacity and buffer.total_added == 4 * capacity
+    assert grown < 2**20, f"RSS grew {grown / 2**20:.2f} MiB while the full buffer turned over"

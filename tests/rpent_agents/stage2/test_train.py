@@ -101,8 +101,11 @@ def test_training_learns_lets_the_actor_drive_and_writes_results(first_run):
     image = imread(output_dir / "success_curve.png")
     assert image.ndim == 3 and image.shape[0] > 100
     assert {path.name for path in (output_dir / "run").iterdir()} == {
-        "stage2_config.json", "learner_state.pt", "replay.npz", "weights.pt"
+        "stage2_config.json", "learner_state.pt", "replay.npz", "weights.pt", "results.json"
     }  # fmt: skip
+    assert (output_dir / "run" / "results.json").read_bytes() == (
+        output_dir / "results.json"
+    ).read_bytes()  # saved with the learner; the copy next to run/ is the same
     assert "base 0." in result.stdout or "base 1." in result.stdout
 
 

@@ -150,6 +150,7 @@ def test_non_finite_actions_are_refused_before_anything_moves(bad):
     action[4] = bad
     with pytest.raises(ValueError, match="NaN or inf"):
         env.step(action)
+    assert backend.stops == 1  # the arm holds still instead of finishing the last target
     with pytest.raises(ValueError, match="shape"):
         env.step(np.zeros(6, np.float32))
     assert len(backend.commanded_poses) == sent
