@@ -253,6 +253,11 @@ class RayVectorEnv(VectorEnv):
             batched_infos,
         )
 
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """`step_async` then `step_wait`."""
+        self.step_async(actions)
+        return self.step_wait()
+
     def set_attr(self, name: str, values: Any) -> None:
         """Set an attribute of every env: one value for all, or a list of one per env.
 

@@ -1,8 +1,10 @@
 """Stage 2 rollouts on a real local Ray (2 CPUs): parity with AsyncVectorEnv, killed workers.
 
-The workers are real peg RLT workers (CPU rendering). A worker is killed with os.kill on its
-actor's pid, while it steps and while it idles; the vector env restarts it, discards its
-unfinished episodes and the training loop goes on with consistent counters.
+The workers are real peg RLT workers (CPU rendering): 2 actors of 1 env, shared by the tests
+(building them takes long on a busy machine). A worker is killed with os.kill on its actor's
+pid, while it steps and while it idles; the vector env restarts it, discards its unfinished
+episodes, and the training loop goes on with consistent counters. The CLI runs on 1 actor of
+2 envs in tests/rpent_agents/stage2/test_train.py.
 """
 
 import dataclasses
@@ -18,11 +20,12 @@ ray = pytest.importorskip("ray")
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode  # noqa: E402
 
 from rpent_agents import ray_vector_env  # noqa: E402
+from rpent_agents.features.checkpoint import load_featurizer  # noqa: E402
 from rpent_agents.learning_report import LearningResults  # noqa: E402
-from rpent_agents.ray_rollout import RayRolloutConfig, make_ray_vector_env  # noqa: E402
+from rpent_agents.ray_rollout import RayRolloutConfig  # noqa: E402
 from rpent_agents.ray_vector_env import RayVectorEnv  # noqa: E402
 from rpent_agents.rlt_envs import PegRLTConfig  # noqa: E402
-from rpent_agents.rlt_vector import NO_RESET_SEED, RLTWorkerFactory  # noqa: E402
+from rpent_agents.rlt_vector import NO_RESET_SEED, FeaturizedVectorEnv, RLTWorkerFactory  # noqa: E402
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner  # noqa: E402
 from rpent_agents.stage2.train import RunState, Stage2Run, TrainArgs  # noqa: E402
 
@@ -80,23 +83,35 @@ def drive(envs):
     return results, envs.get_attr("actor_ready"), envs.call("expert_takeover_enabled")
 
 
-def test_ray_workers_step_like_async_vector_env(local_ray):
-    factory = RLTWorkerFactory(CONFIG)
-    async_envs = AsyncVectorEnv(
-        [factory] * 2, context="forkserver", autoreset_mode=AutoresetMode.DISABLED
+@pytest.fixture(scope="module")
+def workers(local_ray):
+    envs = RayVectorEnv(
+        RLTWorkerFactory(CONFIG),
+        num_workers=2,
+        envs_per_worker=1,
+        actor_options={"max_restarts": 4},
     )
-    ray_envs = RayVectorEnv(factory, num_workers=1, envs_per_worker=2)
+    yield envs
+    envs.close()
+
+
+def test_ray_workers_step_like_async_vector_env(workers):
+    async_envs = AsyncVectorEnv(
+        [RLTWorkerFactory(CONFIG)] * 2, context="forkserver", autoreset_mode=AutoresetMode.DISABLED
+    )
     try:
-        assert ray_envs.single_observation_space == async_envs.single_observation_space
-        assert ray_envs.single_action_space == async_envs.single_action_space
-        assert ray_envs.metadata["autoreset_mode"] == AutoresetMode.DISABLED
-        assert ray_envs.worker_info()[0]["code"] == ray_vector_env.__file__  # this tree's code
-        expected, ray_results = drive(async_envs), drive(ray_envs)
+        assert workers.single_observation_space == async_envs.single_observation_space
+        assert workers.single_action_space == async_envs.single_action_space
+        expected = drive(async_envs)
     finally:
         async_envs.close()
-        ray_envs.close()
+    assert workers.metadata["autoreset_mode"] == AutoresetMode.DISABLED
+    assert workers.worker_info()[0]["code"] == ray_vector_env.__file__  # this tree's code
+    ray_results = drive(workers)
     assert ray_results[1:] == expected[1:] == ((False, True), (False, False))
-    for call, (ray_result, async_result) in enumerate(zip(ray_results[0], expected[0])):
+    for call, (ray_result, async_result) in enumerate(
+        zip(ray_results[0], expected[0], strict=True)
+    ):
         for item, (ray_item, async_item) in enumerate(zip(ray_result, async_result, strict=True)):
             assert_same(ray_item, async_item, f"call {call}, item {item}")
     _, _, terminated, truncated, infos = ray_results[0][2]
@@ -105,67 +120,52 @@ def test_ray_workers_step_like_async_vector_env(local_ray):
     assert "episode_discarded" not in infos
 
 
-def test_killed_workers_come_back_with_their_attributes_and_restarted_episodes(local_ray):
-    envs = RayVectorEnv(
-        RLTWorkerFactory(CONFIG),
-        num_workers=2,
-        envs_per_worker=1,
-        actor_options={"max_restarts": 2},
-    )
-    try:
-        first_obs, _ = envs.reset(seed=[3, 4])
-        envs.set_attr("actor_ready", False)
-        pids = [info["pid"] for info in envs.worker_info()]
-        envs.step_async(dict_actions(envs, [8, 9]))
-        os.kill(pids[0], signal.SIGKILL)  # while it simulates the chunk
-        obs, rewards, terminated, truncated, infos = envs.step_wait()
-        assert infos["_episode_discarded"].tolist() == [True, False]
-        assert rewards[0] == 0 and not terminated[0] and not truncated[0]
-        assert infos["chunk_len"][0] == 0 and infos["chunk_len"][1] == 10
-        # env 0 started its episode again from seed 3; env 1 went on
-        np.testing.assert_array_equal(obs["state"][0], first_obs["state"][0])
-        assert np.abs(obs["state"][1] - first_obs["state"][1]).max() > 1e-4
-        assert envs.get_attr("actor_ready") == (False, False) and envs.restarts == 1
+def test_killed_workers_come_back_with_their_attributes_and_restarted_episodes(workers):
+    envs, restarts = workers, workers.restarts
+    first_obs, _ = envs.reset(seed=[3, 4])
+    envs.set_attr("actor_ready", False)
+    pids = [info["pid"] for info in envs.worker_info()]
+    envs.step_async(dict_actions(envs, [8, 9]))
+    os.kill(pids[0], signal.SIGKILL)  # while it simulates the chunk
+    obs, rewards, terminated, truncated, infos = envs.step_wait()
+    assert infos["_episode_discarded"].tolist() == [True, False]
+    assert rewards[0] == 0 and not terminated[0] and not truncated[0]
+    assert infos["chunk_len"].tolist() == [0, 10]
+    # env 0 started its episode again from seed 3; env 1 went on
+    np.testing.assert_array_equal(obs["state"][0], first_obs["state"][0])
+    assert np.abs(obs["state"][1] - first_obs["state"][1]).max() > 1e-4
+    assert envs.get_attr("actor_ready") == (False, False) and envs.restarts == restarts + 1
 
-        os.kill(envs.worker_info()[1]["pid"], signal.SIGKILL)  # while it idles
-        assert envs.get_attr("actor_ready") == (False, False)  # finds it gone, restores it
-        obs, _, _, _, infos = envs.step(dict_actions(envs, [8, 9]))
-        assert infos["_episode_discarded"].tolist() == [False, True]
-        np.testing.assert_array_equal(obs["state"][1], first_obs["state"][1])
-        assert infos["chunk_len"].tolist() == [10, 0] and envs.restarts == 2
+    os.kill(envs.worker_info()[1]["pid"], signal.SIGKILL)  # while it idles
+    assert envs.get_attr("actor_ready") == (False, False)  # finds it gone, restores it
+    obs, _, _, _, infos = envs.step(dict_actions(envs, [8, 9]))
+    assert infos["_episode_discarded"].tolist() == [False, True]
+    np.testing.assert_array_equal(obs["state"][1], first_obs["state"][1])
+    assert infos["chunk_len"].tolist() == [10, 0] and envs.restarts == restarts + 2
 
-        _, _, _, _, infos = envs.step(dict_actions(envs, [8, 9]))
-        assert "_episode_discarded" not in infos and infos["chunk_len"].tolist() == [10, 10]
-        new_pids = [info["pid"] for info in envs.worker_info()]
-        assert not set(new_pids) & set(pids)
-    finally:
-        envs.close()
+    _, _, _, _, infos = envs.step(dict_actions(envs, [8, 9]))
+    assert "_episode_discarded" not in infos and infos["chunk_len"].tolist() == [10, 10]
+    assert not {info["pid"] for info in envs.worker_info()} & set(pids)
 
 
-def test_training_goes_on_past_a_killed_worker_with_consistent_counters(local_ray, tmp_path):
-    rollout = RayRolloutConfig(num_workers=2, envs_per_worker=1)
-    envs = make_ray_vector_env(CONFIG, rollout)
+def test_training_goes_on_past_a_killed_worker_with_consistent_counters(workers, tmp_path):
+    envs = FeaturizedVectorEnv(workers, load_featurizer(CONFIG.checkpoint_dir, "cpu"))
     args = TrainArgs(
-        rollout="ray", ray=rollout, env=CONFIG, stage2=TINY_STAGE2, output_dir=tmp_path,
-        log_every_iterations=1000,
+        rollout="ray", ray=RayRolloutConfig(num_workers=2), env=CONFIG, stage2=TINY_STAGE2,
+        output_dir=tmp_path, log_every_iterations=1000,
     )  # fmt: skip
-    iterations = 7
-    try:
-        learner = Stage2Learner(
-            TINY_STAGE2, RLTDims.from_observation_space(envs.single_observation_space)
-        )
-        with ScalarLog(tmp_path / "tensorboard") as log:
-            results = LearningResults(eval_seeds=[0])
-            run = Stage2Run(args, envs, learner, RunState(), results, log, time.monotonic())
-            run.obs = run.start_training_episodes()
-            for iteration in range(iterations):
-                if iteration == 3:  # mid-episode: both envs are in their episode's second chunk
-                    os.kill(envs.env.worker_info()[0]["pid"], signal.SIGKILL)
-                run.collect_and_learn()
-    finally:
-        envs.close()
+    dims = RLTDims.from_observation_space(envs.single_observation_space)
+    learner, restarts, iterations = Stage2Learner(TINY_STAGE2, dims), workers.restarts, 7
+    with ScalarLog(tmp_path / "tensorboard") as log:
+        results = LearningResults(eval_seeds=[0])
+        run = Stage2Run(args, envs, learner, RunState(), results, log, time.monotonic())
+        run.obs = run.start_training_episodes()
+        for iteration in range(iterations):
+            if iteration == 3:  # both envs are in the second chunk of their second episode
+                os.kill(workers.worker_info()[0]["pid"], signal.SIGKILL)
+            run.collect_and_learn()
     state = run.state
-    assert state.episodes_discarded == 1 and envs.env.restarts == 1
+    assert state.episodes_discarded == 1 and workers.restarts == restarts + 1
     assert state.env_steps == 10 * (2 * iterations - 1)  # the lost chunk ran no step we saw
     assert learner.replay.total_added == state.env_steps // 10  # always_on: every chunk stored
     assert state.seeds_handed_out == 2 * (iterations + 1)
