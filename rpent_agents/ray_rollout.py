@@ -105,6 +105,7 @@ def make_ray_vector_env(
             ray.init(include_dashboard=False)
         else:
             ray.init(address=rollout.ray_address)
+    _warn_if_short_of_resources(ray.cluster_resources(), rollout)
     worker_config = dataclasses.replace(
         config, render_backend=rollout.render_backend(config.render_backend)
     )
@@ -118,3 +119,18 @@ def make_ray_vector_env(
         logger.info("rollout worker %d: pid %d on %s", index, info["pid"], info["node_ip"])
     feature_model = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
     return FeaturizedVectorEnv(workers, feature_model)
+
+
+def _warn_if_short_of_resources(available: dict[str, float], rollout: RayRolloutConfig) -> None:
+    """Say so when the cluster cannot place every worker now (the others wait for nodes)."""
+    for resource, per_worker, flag in (
+        ("CPU", rollout.cpus_per_worker, "--cpus-per-worker"),
+        ("GPU", rollout.gpus_per_worker, "--gpus-per-worker"),
+    ):
+        needed = per_worker * rollout.num_workers
+        if needed > available.get(resource, 0.0):
+            logger.warning(
+                "the %d workers ask for %g %s, the Ray cluster has %g: the rest wait until nodes "
+                "join (or lower %s or --num-workers)",
+                rollout.num_workers, needed, resource, available.get(resource, 0.0), flag,
+            )  # fmt: skip
