@@ -112,6 +112,7 @@ class RolloutActor:
         """Step each env with its action."""
         if not self.has_episodes:
             return None
+        actions = deepcopy(actions)  # Ray hands over read-only arrays; the envs may write
         results = [env.step(action) for env, action in zip(self.envs, actions, strict=True)]
         observations, rewards, terminated, truncated, infos = _columns(results)
         self.observations = observations
