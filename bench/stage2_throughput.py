@@ -33,8 +33,8 @@ from gymnasium.vector import AsyncVectorEnv
 import rpent_envs
 from rpent_agents.learning_report import LearningResults
 from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.rlt_vector import make_rlt_vector_env
-from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Learner
+from rpent_agents.rlt_vector import FeaturizedVectorEnv, make_rlt_vector_env
+from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner
 from rpent_agents.stage2.train import (
     SAMPLE_EFFICIENT_STAGE2,
     RunState,
@@ -80,34 +80,46 @@ def raw_env_speed(args: Args, obs_mode: str, image_size: int) -> float:
         envs.close()
 
 
-def training_loop_speed(args: Args, config: PegRLTConfig) -> dict:
-    """Env steps/s and the time split of the real training loop."""
+def loop_settings(config: PegRLTConfig) -> tuple[PegRLTConfig, Stage2Config]:
+    """The measured loop's stack and learner settings (see the module doc)."""
     # Updates from the first transition on, 4 per transition as in the preset's steady state.
     stage2 = dataclasses.replace(SAMPLE_EFFICIENT_STAGE2, learning_starts=1, warmup_updates=0)
-    train_args = TrainArgs(num_envs=args.num_envs, env=config, stage2=stage2)
     # Episodes of 8 chunks: about as long as the base policy's (resets as often as in a run).
     config = dataclasses.replace(config, trigger_mode="always_on", max_episode_chunks=8)
+    return config, stage2
+
+
+def loop_speed(
+    envs: FeaturizedVectorEnv, stage2: Stage2Config, warmup_iterations: int, loop_iterations: int
+) -> dict:
+    """Env steps/s and updates/s of `Stage2Run.collect_and_learn` on `envs`."""
+    dims = RLTDims.from_observation_space(envs.single_observation_space)
+    learner = Stage2Learner(stage2, dims)
+    with tempfile.TemporaryDirectory() as folder, ScalarLog(folder) as log:
+        train_args = TrainArgs(output_dir=Path(folder), stage2=stage2)
+        results = LearningResults(eval_seeds=[0])
+        run = Stage2Run(train_args, envs, learner, RunState(), results, log, time.monotonic())
+        run.obs = run.start_training_episodes()
+        for _ in range(warmup_iterations):
+            run.collect_and_learn()
+        steps, updates = run.state.env_steps, learner.update_step
+        started = time.monotonic()
+        for _ in range(loop_iterations):
+            run.collect_and_learn()
+        elapsed = time.monotonic() - started
+        return {
+            "env_steps_per_s": (run.state.env_steps - steps) / elapsed,
+            "updates_per_s": (learner.update_step - updates) / elapsed,
+            "transitions": learner.replay.total_added,
+        }
+
+
+def training_loop_speed(args: Args, config: PegRLTConfig) -> dict:
+    """Env steps/s and the time split of the real training loop."""
+    config, stage2 = loop_settings(config)
     envs = make_rlt_vector_env(config, args.num_envs)
     try:
-        dims = RLTDims.from_observation_space(envs.single_observation_space)
-        learner = Stage2Learner(stage2, dims)
-        with tempfile.TemporaryDirectory() as folder, ScalarLog(folder) as log:
-            train_args.output_dir = Path(folder)
-            results = LearningResults(eval_seeds=[0])
-            run = Stage2Run(train_args, envs, learner, RunState(), results, log, time.monotonic())
-            run.obs = run.start_training_episodes()
-            for _ in range(args.warmup_iterations):
-                run.collect_and_learn()
-            steps, updates = run.state.env_steps, learner.update_step
-            started = time.monotonic()
-            for _ in range(args.loop_iterations):
-                run.collect_and_learn()
-            elapsed = time.monotonic() - started
-            return {
-                "env_steps_per_s": (run.state.env_steps - steps) / elapsed,
-                "updates_per_s": (learner.update_step - updates) / elapsed,
-                "transitions": learner.replay.total_added,
-            }
+        return loop_speed(envs, stage2, args.warmup_iterations, args.loop_iterations)
     finally:
         envs.close()
 

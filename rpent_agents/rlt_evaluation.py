@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from rpent_agents.rlt_vector import reset_envs
+from rpent_agents.rlt_vector import discarded_envs, reset_envs
 from rpent_agents.stage2.rollout_stats import EpisodeStats
 from rpent_agents.stage2.transitions import info_of_env
 
@@ -102,7 +102,7 @@ def evaluate_on_seeds(
     seed_of_env: list[int | None] = [
         pending.popleft() if pending else None for _ in range(envs.num_envs)
     ]
-    obs = reset_envs(envs, np.ones(envs.num_envs, bool), seed_of_env)
+    obs, _ = reset_envs(envs, np.ones(envs.num_envs, bool), seed_of_env)
     stats = EpisodeStats(envs.num_envs, prefix="eval")
     success_by_seed: dict[int, bool] = {}
     length_by_seed: dict[int, int] = {}
@@ -111,8 +111,12 @@ def evaluate_on_seeds(
         while len(success_by_seed) < num_seeds:
             obs, _, terminated, truncated, infos = envs.step(act(obs))
             done = terminated | truncated
+            discarded = discarded_envs(infos, envs.num_envs)
             for env_index, seed in enumerate(seed_of_env):
                 if seed is None:
+                    continue
+                if discarded[env_index]:  # lost with its worker: the seed runs again
+                    stats.abandon(env_index)
                     continue
                 info = info_of_env(infos, env_index)
                 env_steps += int(info["chunk_len"])
@@ -123,7 +127,7 @@ def evaluate_on_seeds(
                     success_by_seed[seed], length_by_seed[seed] = stats.finished[-1]
                     progress.update()
             if done.any():
-                obs = _start_next_seeds(envs, done, seed_of_env, pending)
+                obs = _start_next_seeds(envs, done, seed_of_env, pending, stats)
     return EvalResult(
         success_by_seed, length_by_seed, env_steps, time.monotonic() - started_s, stats.scalars()
     )
@@ -134,10 +138,14 @@ def _start_next_seeds(
     done: np.ndarray,
     seed_of_env: list[int | None],
     pending: deque[int],
+    stats: EpisodeStats,
 ) -> dict[str, np.ndarray]:
     """Reset the finished envs with the next pending seeds (None: a throwaway episode)."""
     new_seeds = []
     for env_index in np.flatnonzero(done):
         seed_of_env[env_index] = pending.popleft() if pending else None
         new_seeds.append(seed_of_env[env_index])
-    return reset_envs(envs, done, new_seeds)
+    obs, infos = reset_envs(envs, done, new_seeds)
+    for env_index in np.flatnonzero(discarded_envs(infos, envs.num_envs)):
+        stats.abandon(env_index)  # an unfinished episode lost with its worker: it runs again
+    return obs

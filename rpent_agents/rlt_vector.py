@@ -47,6 +47,9 @@ _DROPPED_INFO_KEYS = ("step_infos",)
 INSTRUCTION_KEY = "task"
 NO_RESET_SEED = -1
 MAX_SEED = 2**31 - 1
+DISCARDED_KEY = "episode_discarded"
+"""Info key of the envs whose episode was lost with its worker and started over (Ray rollouts:
+`rpent_agents.ray_vector_env`); their step produced no chunk."""
 
 
 class SuppliedReference:
@@ -274,7 +277,7 @@ class FeaturizedVectorEnv(VectorWrapper):
         options = dict(options or {})
         mask = np.asarray(options.get("reset_mask", np.ones(self.num_envs, bool)), bool)
         raw, infos = self.env.reset(seed=seed, options=options or None)
-        self._featurize(raw, infos, np.flatnonzero(mask))
+        self._featurize(raw, infos, np.flatnonzero(mask | discarded_envs(infos, self.num_envs)))
         return self._copy_observations(), infos
 
     def step_async(self, actions: np.ndarray, reset_seeds: Sequence[int] | None = None) -> None:
@@ -375,14 +378,20 @@ def make_rlt_vector_env(
     return FeaturizedVectorEnv(workers, feature_model)
 
 
+def discarded_envs(infos: dict[str, Any], num_envs: int) -> np.ndarray:
+    """(N,) bool: the envs whose episode was lost with its worker (`DISCARDED_KEY`)."""
+    return np.asarray(infos.get(f"_{DISCARDED_KEY}", np.zeros(num_envs, bool)), bool)
+
+
 def reset_envs(
     envs: gym.vector.VectorEnv, mask: np.ndarray, seeds: Sequence[int | None]
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Reset the envs where `mask` is True with `seeds` (one per reset env, in env order).
 
     Returns:
-        The batched observations: the new first observations where reset, the current ones
-        elsewhere.
+        The batched observations (the new first observations where reset, the current ones
+        elsewhere) and the batched infos (`discarded_envs` lists the envs not in `mask` whose
+        episode started over because their worker was lost).
     """
     mask = np.asarray(mask, bool)
     if len(seeds) != int(mask.sum()):
@@ -390,5 +399,4 @@ def reset_envs(
     seed_of_env: list[int | None] = [None] * envs.num_envs
     for env_index, seed in zip(np.flatnonzero(mask), seeds, strict=True):
         seed_of_env[env_index] = seed
-    obs, _ = envs.reset(seed=seed_of_env, options={"reset_mask": mask})
-    return obs
+    return envs.reset(seed=seed_of_env, options={"reset_mask": mask})

@@ -6,6 +6,7 @@
 # On the device: bash bench/device/unpack_carry.sh && export PYTHONPATH=/tmp/site:$PWD
 #   bash bench/device/pack_carry.sh      # .carry/: ManiSkill, SAPIEN, GL loaders (Stage 1/2 jobs)
 #   bash bench/device/pack_carry.sh pi   # .carry_pi/: LeRobot's PI05 stack (featurize.sh)
+#   bash bench/device/pack_carry.sh ray  # .carry_ray/: Ray core, trimmed (ray_vs_vector.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 download() {
@@ -20,6 +21,24 @@ if [ "${1:-}" = pi ]; then
   download .carry_pi lerobot==0.6.1 transformers==5.5.4 tokenizers==0.22.2 draccus==0.11.6 \
     mergedeep toml termcolor gymnasium==1.4.0 farama-notifications
   du -sh .carry_pi
+  exit 0
+fi
+if [ "${1:-}" = ray ]; then
+  # The ray wheel (79 MB) is more than one call carries: keep Ray core (the raylet, the GCS
+  # server, _raylet.so) and drop its Java jar, its libraries (RLlib, Data, Serve, Train, Tune,
+  # LLM, workflows) and the dashboard's web build: 28 MB as tar.xz. Its dependencies travel as
+  # wheels; unpack_carry.sh installs those the machine lacks.
+  rm -rf .carry_ray && mkdir -p .carry_ray/wheels
+  tmp=$(mktemp -d)
+  download "$tmp" "ray==$(.venv/bin/python -c 'import ray; print(ray.__version__)')"
+  (cd "$tmp" && unzip -q ray-*.whl && rm ray-*.whl)
+  rm -rf "$tmp"/ray/{jars,rllib,data,serve,train,tune,llm,workflow,dashboard/client/build}
+  find "$tmp/ray" -name "*.map" -delete
+  tar -cf - -C "$tmp" . | xz -T2 -6 > .carry_ray/ray.tar.xz
+  download .carry_ray/wheels click filelock jsonschema jsonschema-specifications referencing \
+    rpds-py attrs msgpack packaging protobuf pyyaml requests urllib3 idna charset-normalizer certifi
+  rm -rf "$tmp"
+  du -sh .carry_ray
   exit 0
 fi
 out=.carry

@@ -99,6 +99,11 @@ class EpisodeStats:
             self.success_once[env_index] = False
             self.length_steps[env_index] = 0
 
+    def abandon(self, env_index: int) -> None:
+        """Forget the running episode of env `env_index` (it never finishes)."""
+        self.success_once[env_index] = False
+        self.length_steps[env_index] = 0
+
     def scalars(self) -> dict[str, float]:
         """Means over the episodes finished since the last call ({} when none)."""
         if not self.finished:
@@ -143,8 +148,13 @@ class RolloutDiagnostics:
 
     def abandon_episodes(self) -> None:
         """Forget the running episodes (the trainer restarts every env)."""
-        self.episode_q = [[] for _ in self.episode_q]
-        self.episode_success[:] = False
+        for env_index in range(len(self.episode_q)):
+            self.abandon_episode(env_index)
+
+    def abandon_episode(self, env_index: int) -> None:
+        """Forget the running episode of env `env_index` (it never finishes)."""
+        self.episode_q[env_index] = []
+        self.episode_success[env_index] = False
 
     def record(
         self,

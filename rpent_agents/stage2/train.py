@@ -9,6 +9,10 @@ evaluations on the same seeds, checkpoints and results.
     rpent-stage2 reference --output-dir runs/rlt_peg
     rpent-stage2 sample-efficient --output-dir runs/rlt_fast --env.render-backend gpu
     rpent-stage2 sample-efficient --output-dir runs/rlt_fast --resume --max-minutes 9
+    rpent-stage2 sample-efficient --rollout ray --ray-address auto --num-workers 64
+
+`--rollout vector` (default) runs `--num-envs` worker processes on this machine; `--rollout ray`
+runs `--num-workers` Ray actors of `--envs-per-worker` envs each on a Ray cluster (docs/ray.md).
 
 --output-dir gets results.json (base success, eval curve, env steps, wall time),
 success_curve.png, tensorboard/ and run/ (the checkpoint `--resume` continues from); the
@@ -24,6 +28,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import tyro
@@ -31,10 +36,12 @@ from tqdm import tqdm
 
 from rpent_agents.atomic_save import complete_interrupted_save
 from rpent_agents.learning_report import EvalPoint, LearningResults
+from rpent_agents.ray_rollout import RayRolloutConfig, make_ray_vector_env
 from rpent_agents.rlt_envs import PegRLTConfig
 from rpent_agents.rlt_evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.rlt_vector import (
     FeaturizedVectorEnv,
+    discarded_envs,
     make_rlt_vector_env,
     reset_envs,
     unpad_chunk_info,
@@ -67,8 +74,13 @@ class TrainArgs:
     max_minutes: float = 0.0
     """Wall-clock budget of this command in minutes (0: none); the run stops early enough to
     finish its last evaluation and save."""
+    rollout: Literal["vector", "ray"] = "vector"
+    """Where the envs run: "vector", --num-envs processes here; "ray", --num-workers Ray actors
+    of --envs-per-worker envs (docs/ray.md)."""
     num_envs: int = 16
-    """Worker processes, one peg env each."""
+    """Worker processes of --rollout vector, one peg env each."""
+    ray: tyro.conf.OmitArgPrefixes[RayRolloutConfig] = field(default_factory=RayRolloutConfig)
+    """The workers of --rollout ray."""
     env: PegRLTConfig = field(default_factory=PegRLTConfig)
     """The peg RLT stack (checkpoint, devices, render backend, gate, expert takeover)."""
     eval_seed: int = 0
@@ -96,6 +108,8 @@ class RunState:
     env_steps: int = 0
     seeds_handed_out: int = 0
     episodes_finished: int = 0
+    episodes_discarded: int = 0
+    """Training episodes lost with a Ray worker (never finished, no statistics)."""
     wall_time_s: float = 0.0
     last_eval_env_steps: int = -1
     last_save_env_steps: int = 0
@@ -213,8 +227,9 @@ class Stage2Run:
         self.args, self.envs, self.learner, self.log = args, envs, learner, log
         self.state, self.results = state, results
         self.clock = WallClock(args.max_minutes, state.wall_time_s, started_s)
-        self.chunk_stats, self.episode_stats = ChunkStats(), EpisodeStats(args.num_envs)
-        self.diagnostics = RolloutDiagnostics(args.num_envs)
+        self.num_envs = envs.num_envs
+        self.chunk_stats, self.episode_stats = ChunkStats(), EpisodeStats(self.num_envs)
+        self.diagnostics = RolloutDiagnostics(self.num_envs)
         self.actor_ready = learner.ready_for_online
         self.iteration = 0
         self.obs: dict[str, np.ndarray] = {}
@@ -256,13 +271,15 @@ class Stage2Run:
         next one with it at once (`FeaturizedVectorEnv`), so no worker waits for a reset.
         """
         self.actions = self.learner.act(self.obs)
-        reset_seeds = self.state.next_seeds(self.args.num_envs, self.args.train_seed)
+        reset_seeds = self.state.next_seeds(self.num_envs, self.args.train_seed)
         self.envs.step_async(self.actions, reset_seeds)
         train_scalars = self.learner.train_step()  # runs while the workers simulate
         next_obs, _, terminated, truncated, infos = self.envs.step_wait()
         done = terminated | truncated
+        discarded = discarded_envs(infos, self.num_envs)
+        self.abandon_episodes(discarded)
         ended_obs = _final_observations(next_obs, infos, done)
-        steps = self.store_transitions(ended_obs, infos, terminated, truncated)
+        steps = self.store_transitions(ended_obs, infos, terminated, truncated, discarded)
         self.state.env_steps += steps
         self.state.episodes_finished += int(done.sum())
         self.obs = next_obs
@@ -274,13 +291,29 @@ class Stage2Run:
         self.write_scalars(train_scalars)
         return steps
 
+    def abandon_episodes(self, discarded: np.ndarray) -> None:
+        """Drop the statistics of the episodes lost with a Ray worker (they start over)."""
+        for env_index in np.flatnonzero(discarded):
+            self.episode_stats.abandon(env_index)
+            self.diagnostics.abandon_episode(env_index)
+        self.state.episodes_discarded += int(discarded.sum())
+
     def store_transitions(
-        self, next_obs: dict, infos: dict, terminated: np.ndarray, truncated: np.ndarray
+        self,
+        next_obs: dict,
+        infos: dict,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        discarded: np.ndarray,
     ) -> int:
-        """Store the critical-phase chunks of one vector step; returns its simulator steps."""
+        """Store the critical-phase chunks of one vector step; returns its simulator steps.
+
+        The envs of `discarded` returned no chunk (their worker was lost).
+        """
         config, env_steps = self.learner.config, 0
-        items = vector_step_items(self.obs, next_obs, infos, terminated, truncated)
-        for env_index, (obs, env_next_obs, info, ended, cut) in enumerate(items):
+        items = vector_step_items(self.obs, next_obs, infos, terminated, truncated, discarded)
+        kept_envs = np.flatnonzero(~discarded)
+        for env_index, (obs, env_next_obs, info, ended, cut) in zip(kept_envs, items, strict=True):
             info = unpad_chunk_info(info)
             transition = build_transition(
                 obs, env_next_obs, info, ended, cut, config.chunk_len,
@@ -300,10 +333,11 @@ class Stage2Run:
         """Reset every worker with fresh training seeds and the training drivers."""
         self.envs.set_attr("actor_ready", self.learner.ready_for_online)
         self.envs.set_attr("expert_takeover_enabled", self.args.env.expert_takeover)
-        seeds = self.state.next_seeds(self.args.num_envs, self.args.train_seed)
+        seeds = self.state.next_seeds(self.num_envs, self.args.train_seed)
         self.steps_at_log, self.time_at_log = self.state.env_steps, time.monotonic()
         self.diagnostics.abandon_episodes()
-        return reset_envs(self.envs, np.ones(self.args.num_envs, bool), seeds)
+        obs, _ = reset_envs(self.envs, np.ones(self.num_envs, bool), seeds)
+        return obs
 
     def write_scalars(self, train_scalars: dict[str, float]) -> None:
         """Learner scalars when it updated; all scalars every log_every_iterations."""
@@ -318,6 +352,7 @@ class Stage2Run:
         self.steps_at_log, self.time_at_log = step, now
         rollout = self.chunk_stats.scalars() | self.episode_stats.scalars()
         rollout |= self.diagnostics.scalars() | self.learner.replay_scalars()
+        rollout["train/episodes_discarded"] = float(self.state.episodes_discarded)
         self.log.write(rollout | {"train/env_steps_per_s": speed}, step=step)
 
     def evaluation_due(self) -> bool:
@@ -368,7 +403,7 @@ class Stage2Run:
             )
         )
         self.state.last_eval_env_steps = self.state.env_steps
-        self.episode_stats = EpisodeStats(self.args.num_envs)  # its episodes were abandoned
+        self.episode_stats = EpisodeStats(self.num_envs)  # its episodes were abandoned
         self.log.write(result.scalars, step=self.state.env_steps)
         logger.info(
             "env step %d: actor success %.3f (base %.3f)",
@@ -392,6 +427,13 @@ class Stage2Run:
         results.plot(self.args.output_dir / "success_curve.png")
 
 
+def make_training_envs(args: TrainArgs, env_config: PegRLTConfig) -> FeaturizedVectorEnv:
+    """The training vector env of `args.rollout`: worker processes here, or Ray actors."""
+    if args.rollout == "ray":
+        return make_ray_vector_env(env_config, args.ray, args.worker_torch_threads)
+    return make_rlt_vector_env(env_config, args.num_envs, args.worker_torch_threads)
+
+
 def train(args: TrainArgs) -> LearningResults:
     """Run (or resume) the training; returns the results also written to results.json.
 
@@ -406,7 +448,7 @@ def train(args: TrainArgs) -> LearningResults:
         )
     config = stage2_config_of_run(args)
     env_config = dataclasses.replace(args.env, chunk_len=config.chunk_len)
-    envs = make_rlt_vector_env(env_config, args.num_envs, args.worker_torch_threads)
+    envs = make_training_envs(args, env_config)
     try:
         dims = RLTDims.from_observation_space(envs.single_observation_space)
         learner, state, results = start_or_resume(args, config, dims)
@@ -458,7 +500,7 @@ def main() -> None:
     args = tyro.extras.overridable_config_cli(PRESETS)
     try:
         results = train(args)
-    except (FileExistsError, FileNotFoundError, ValueError) as error:
+    except (FileExistsError, FileNotFoundError, ImportError, ValueError) as error:
         raise SystemExit(f"rpent-stage2: {error}") from error
     gain = results.gain_points
     print(

@@ -133,3 +133,25 @@ def test_a_fresh_run_never_overwrites_a_saved_one(first_run, no_lerobot_site):
     assert result.returncode != 0
     assert "holds a run; pass --resume" in result.stderr
     assert (output_dir / "results.json").read_bytes() == before
+
+
+def test_training_on_ray_workers_matches_the_vector_run(first_run, no_lerobot_site, tmp_path):
+    pytest.importorskip("ray")
+    vector_dir, _ = first_run
+    output_dir = tmp_path / "ray_run"
+    ray_flags = ["--rollout", "ray", "--num-workers", "1", "--envs-per-worker", "2"]
+    run_training(output_dir, no_lerobot_site, "--total-env-steps", "200", *ray_flags)
+    results = json.loads((output_dir / "results.json").read_text())
+    vector = json.loads((vector_dir / "results.json").read_text())
+    assert results["args"]["rollout"] == "ray" and results["args"]["ray"]["envs_per_worker"] == 2
+    # the same seeds in the same env slots: the same episodes, chunks, updates and evaluations
+    for key in ("env_steps", "transitions", "updates", "eval_env_steps", "base_success_rate"):
+        assert results[key] == vector[key], key
+    assert [point["success_rate"] for point in results["evals"]] == [
+        point["success_rate"] for point in vector["evals"]
+    ]
+    assert run_extra(output_dir)["episodes_discarded"] == 0
+    ray_weights = torch.load(output_dir / "run" / "weights.pt", weights_only=True)
+    vector_weights = torch.load(vector_dir / "run" / "weights.pt", weights_only=True)
+    for part in ("actor", "critic"):  # equal up to float rounding (~1e-8)
+        torch.testing.assert_close(ray_weights[part], vector_weights[part])
