@@ -18,8 +18,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from recorders.lerobot_io import rpent_key
-
 logger = logging.getLogger(__name__)
 IMAGE_KEYS = ("image", "wrist_image")
 STEP_KEYS = ("state", "actions", "episode_index", "task_index")
@@ -148,6 +146,8 @@ def data_layout(path: Path) -> DataLayout:
             shapes = {key: data[key].shape for key in STEP_KEYS if key in data.files}
             images = tuple(key for key in IMAGE_KEYS if key in data.files)
     else:
+        from recorders.lerobot_io import rpent_key  # the recorders package imports gymnasium
+
         features = _lerobot_info(path)["features"]
         shapes = {rpent_key(key): tuple(spec["shape"]) for key, spec in features.items()}
         video = ("image", "video")
@@ -170,6 +170,8 @@ def cache_from_lerobot(dataset_dir: Path) -> FrameCache:
         KeyError: When its frames lack a camera, `state` or `actions`.
     """
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from recorders.lerobot_io import rpent_key
 
     dataset_dir = Path(dataset_dir)
     names = {rpent_key(key): key for key in _lerobot_info(dataset_dir)["features"]}

@@ -1,6 +1,7 @@
 """Stage 1 on a real rpent-collect dataset: frame cache, training CLI, TensorBoard, resume."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -202,9 +203,12 @@ def test_a_subsampled_conv_cache_trains_and_keeps_the_best_validation(tmp_path):
         ["insert the peg in the hole"],
     )
     assert set(np.unique(features.ref_chunk[..., -1])) <= {-1.0, 1.0}  # a decided gripper
-    assert learning_rate_factor(args, 1, 0.0) == pytest.approx(1 / args.warmup_steps)
+    first_cosine = 0.5 * (1 + math.cos(math.pi / args.steps))  # step 1 of 6 into the cosine
+    assert learning_rate_factor(args, 1, 0.0) == pytest.approx(first_cosine / args.warmup_steps)
     assert learning_rate_factor(args, 6, 0.0) == pytest.approx(0.0, abs=1e-9)
     assert learning_rate_factor(args, 1, 0.5) < learning_rate_factor(args, 1, 0.0)
+    args.lr_schedule = "constant"  # warm-up only
+    assert learning_rate_factor(args, 6, 0.5) == pytest.approx(6 / args.warmup_steps)
 
 
 def test_conv_encoder_needs_a_power_of_two_patch():
