@@ -280,9 +280,14 @@ def _bucket_size(count: int, buckets: Sequence[int]) -> int:
 
 
 def _pad_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:
-    """`tensor` with its first row repeated up to `rows` rows (real rows, so no NaN paths)."""
+    """`tensor`, contiguous, with its first row repeated up to `rows` rows.
+
+    Repeated real rows keep the padding free of empty attention rows; contiguity keeps one
+    compiled graph per bucket whatever layout the caller's images have.
+    """
     extra = rows - tensor.shape[0]
-    return torch.cat([tensor, tensor[:1].expand(extra, *tensor.shape[1:])]) if extra else tensor
+    padded = torch.cat([tensor, tensor[:1].expand(extra, *tensor.shape[1:])]) if extra else tensor
+    return padded.contiguous()
 
 
 def _prefix_width(policy: Any) -> int:

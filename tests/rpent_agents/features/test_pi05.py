@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from torch._inductor import config as inductor_config
 from transformers import PreTrainedTokenizerFast
 
-from rpent_agents.features.pi05 import PI05FeatureModel
+from rpent_agents.features.pi05 import BATCH_BUCKETS, PI05FeatureModel, _bucket_size
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.rlt_token import RLToken, RLTokenConfig
 
@@ -164,6 +164,11 @@ def test_rl_token_on_pi05_prefix(pi05_model):
 def test_missing_local_tokenizer_is_named(pi05_folders, tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenizer_config.json"):
         PI05FeatureModel.from_checkpoint(pi05_folders / "checkpoint", tmp_path)
+
+
+def test_batch_buckets():
+    sizes = {count: _bucket_size(count, BATCH_BUCKETS) for count in (1, 3, 64, 65, 129)}
+    assert sizes == {1: 1, 3: 4, 64: 64, 65: 128, 129: 192}
 
 
 def test_fast_path_is_off_on_the_cpu_unless_asked(pi05_model):
