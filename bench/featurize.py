@@ -10,7 +10,8 @@ path). pi0.5 runs along several paths (`--pi05-paths`):
 - `in-process`: raw observations -> `z_rl` + chunk through `RLTFeaturizer` (fast path, a random
   RL token), what the RL stage calls;
 - `remote`: the same through `rpent-feature-server`'s policy and `RemoteFeatureModel` over
-  loopback (a websocket server thread in this process, its own fast-path model).
+  loopback (a server process of this script, `--serve`, with its own fast-path model; its
+  fast-path log lines show its compile seconds).
 
 The pi0.5 pre-processor here is a stand-in (images to the device, fixed random prompt tokens
 filling a quarter of the 200 slots): the stock one needs the PaliGemma tokenizer.
@@ -28,7 +29,8 @@ import argparse
 import json
 import logging
 import socket
-import threading
+import subprocess
+import sys
 import time
 from contextlib import nullcontext
 
@@ -42,6 +44,7 @@ from rpent_agents.rlt_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
 PI05_PATHS = ("eager", "fast", "in-process", "remote")
+SERVER_START_S = 600.0  # the server process builds its own pi0.5 before it listens
 
 
 def synchronized(call, device):
@@ -168,46 +171,64 @@ def rlt_call(featurizer, resolution, batch_size):
     return lambda: featurizer.rlt_features(observations, [INSTRUCTION] * batch_size)
 
 
-def serve_over_loopback(featurizer):
-    """A feature server for `featurizer` in a daemon thread, and its client on loopback."""
+def pi05_featurizer(policy, device, fast_path):
+    from rpent_agents.features.pi05 import PI05FeatureModel
+
+    preprocess = stand_in_preprocessor(policy, device)
+    model = PI05FeatureModel(policy, preprocess, lambda chunk: chunk, fast_path=fast_path)
+    return RLTFeaturizer(model, RLToken(RLTokenConfig(dim=model.prefix_dim, prefix_seq_len=1024)))
+
+
+def serve(args, device, dtype):
+    """`--serve PORT`: the feature server of the remote path, a process of its own (torch 2.11
+    cannot replay CUDA graphs from a Python thread: pytorch/pytorch#123177)."""
     from openpi_server import WebsocketPolicyServer
 
-    from rpent_agents.features.remote import FeatureServerPolicy, RemoteFeatureModel
+    from rpent_agents.features.remote import FeatureServerPolicy
+
+    policy, _ = pi05_policy(args.size, device, dtype)
+    server_policy = FeatureServerPolicy(pi05_featurizer(policy, device, fast_path=True))
+    WebsocketPolicyServer(
+        server_policy, host="127.0.0.1", port=args.serve, metadata=server_policy.metadata
+    ).serve_forever()
+
+
+def start_server(args):
+    """A `--serve` process with the same model on a free loopback port, and its client."""
+    from rpent_agents.features.remote import RemoteFeatureModel
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    policy = FeatureServerPolicy(featurizer)
-    server = WebsocketPolicyServer(policy, host="127.0.0.1", port=port, metadata=policy.metadata)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return RemoteFeatureModel("127.0.0.1", port)
+    command = [sys.executable, __file__, "--serve", str(port), "--device", args.device]
+    server = subprocess.Popen([*command, "--dtype", args.dtype, "--size", args.size])
+    return server, RemoteFeatureModel("127.0.0.1", port, connect_timeout_s=SERVER_START_S)
 
 
 def pi05_report(policy, resolution, device, args):
-    from rpent_agents.features.pi05 import PI05FeatureModel
-
-    def feature_model(fast_path):
-        preprocess = stand_in_preprocessor(policy, device)
-        return PI05FeatureModel(policy, preprocess, lambda chunk: chunk, fast_path=fast_path)
-
-    eager, fast = feature_model(False), feature_model(True)
-    rl_token = RLToken(RLTokenConfig(dim=fast.prefix_dim, prefix_seq_len=1024))
+    eager = pi05_featurizer(policy, device, fast_path=False).feature_model
+    in_process = pi05_featurizer(policy, device, fast_path=True)
+    fast = in_process.feature_model
     makers = {
         "eager": lambda batch: policy_batch_call(eager, resolution, device, batch),
         "fast": lambda batch: policy_batch_call(fast, resolution, device, batch),
-        "in-process": lambda batch: rlt_call(RLTFeaturizer(fast, rl_token), resolution, batch),
+        "in-process": lambda batch: rlt_call(in_process, resolution, batch),
     }
+    server = None
     if "remote" in args.pi05_paths:
-        # Its own fast-path model: the server thread compiles and captures its CUDA graphs.
-        served = feature_model(True)
-        remote = serve_over_loopback(RLTFeaturizer(served, rl_token))
+        server, remote = start_server(args)
         makers["remote"] = lambda batch: rlt_call(remote, resolution, batch)
     rows = []
-    for path in args.pi05_paths:
-        name = f"pi0.5 (PI05Policy) {path}"
-        rows += report(name, args.batch_sizes, makers[path], device, args.iterations)
-    warmup = {"fast": fast.warmup_s} | ({"remote": served.warmup_s} if "remote" in makers else {})
-    print(json.dumps({"model": "pi0.5 fast path", "compile_mode": fast.compile_mode} | warmup))
+    try:
+        for path in args.pi05_paths:
+            name = f"pi0.5 (PI05Policy) {path}"
+            rows += report(name, args.batch_sizes, makers[path], device, args.iterations)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+    summary = {"model": "pi0.5 fast path", "compile_mode": fast.compile_mode}
+    print(json.dumps(summary | {"warmup_s": fast.warmup_s}))
     return rows
 
 
@@ -237,11 +258,15 @@ def main():
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--models", nargs="+", default=["builtin", "pi05"])
     parser.add_argument("--pi05-paths", nargs="+", default=PI05_PATHS, choices=PI05_PATHS)
+    parser.add_argument("--serve", type=int, metavar="PORT", help="(internal) the remote path")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("rpent_agents.features.pi05").setLevel(logging.INFO)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
+    if args.serve:
+        serve(args, device, dtype)
+        return
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     header.update(dtype=args.dtype, size=args.size, torch=torch.__version__)
     print(json.dumps(header))
