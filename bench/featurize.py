@@ -202,7 +202,16 @@ def start_server(args):
         port = probe.getsockname()[1]
     command = [sys.executable, __file__, "--serve", str(port), "--device", args.device]
     server = subprocess.Popen([*command, "--dtype", args.dtype, "--size", args.size])
-    return server, RemoteFeatureModel("127.0.0.1", port, connect_timeout_s=SERVER_START_S)
+    deadline = time.monotonic() + SERVER_START_S
+    while True:
+        try:
+            return server, RemoteFeatureModel("127.0.0.1", port, connect_timeout_s=5.0)
+        except ConnectionError:
+            if server.poll() is not None:
+                raise RuntimeError(f"the feature server exited with {server.returncode}") from None
+            if time.monotonic() > deadline:
+                server.terminate()
+                raise
 
 
 def pi05_report(policy, resolution, device, args):
