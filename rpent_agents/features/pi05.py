@@ -14,7 +14,8 @@ The fast path (on by default on CUDA) runs the same prefix pass and Euler loop t
 `torch.compile`: the batch is padded to a fixed bucket size (its first row repeated), so each
 bucket compiles once, and on CUDA the mode "reduce-overhead" replays the whole call as CUDA
 graphs from static buffers. The first call of each bucket pays the compile and capture; its
-seconds land in `warmup_s`.
+seconds land in `warmup_s`. With torch 2.11 those CUDA graphs replay only in the thread that
+compiled them (pytorch/pytorch#123177): call the model from one thread.
 """
 
 from __future__ import annotations
