@@ -1,7 +1,20 @@
 """Featurization speed: built-in VLA + RL token, and a pi0.5-size PI05 with random weights.
 
 For each model: batch-1 latency (ms per call) and batch-64 throughput (observations/s) of one
-featurization call (prefix pass + reference chunk [+ z_rl for the built-in model]).
+featurization call (prefix pass + reference chunk [+ z_rl for the built-in model]), and the
+first call's seconds (warm-up: kernels, allocator; compile and CUDA-graph capture for the fast
+path). pi0.5 runs along several paths (`--pi05-paths`):
+
+- `eager`: `PI05FeatureModel` on the stock eager LeRobot code, from the policy batch;
+- `fast`: the same with the fast path (torch.compile, batch buckets, CUDA graphs on CUDA);
+- `in-process`: raw observations -> `z_rl` + chunk through `RLTFeaturizer` (fast path, a random
+  RL token), what the RL stage calls;
+- `remote`: the same through `rpent-feature-server`'s policy and `RemoteFeatureModel` over
+  loopback (a server process of this script, `--serve`, with its own fast-path model; its
+  fast-path log lines show its compile seconds).
+
+The pi0.5 pre-processor here is a stand-in (images to the device, fixed random prompt tokens
+filling a quarter of the 200 slots): the stock one needs the PaliGemma tokenizer.
 
     # CUDA, bf16, real sizes (pi0.5: gemma_2b + SigLIP So400m at 224 px, 2 cameras, 200 tokens)
     python bench/featurize.py --device cuda --dtype bfloat16 --size full
@@ -9,12 +22,15 @@ featurization call (prefix pass + reference chunk [+ z_rl for the built-in model
     python bench/featurize.py --device cpu --dtype float32 --size small --batch-sizes 1 8
 
 The built-in part needs torch only; the pi0.5 part needs the `pi` extra (lerobot + transformers)
-and is skipped with a message when it is missing.
+and is skipped with a message when it is missing; the remote path needs the `remote` extra.
 """
 
 import argparse
 import json
 import logging
+import socket
+import subprocess
+import sys
 import time
 from contextlib import nullcontext
 
@@ -23,22 +39,27 @@ import torch
 
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.norm import NormStats
+from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.rlt_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
+PI05_PATHS = ("eager", "fast", "in-process", "remote")
+SERVER_START_S = 600.0  # the server process builds its own pi0.5 before it listens
 
 
-def timed(call, device, iterations):
-    call()  # warm-up (kernels, allocator)
+def synchronized(call, device):
+    start = time.perf_counter()
     call()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        call()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iterations
+    return time.perf_counter() - start
+
+
+def timed(call, device, iterations):
+    """(first call's seconds, mean seconds of `iterations` calls after a second warm-up call)."""
+    first = synchronized(call, device)  # warm-up (kernels, allocator; compile and capture)
+    call()
+    return first, synchronized(lambda: [call() for _ in range(iterations)], device) / iterations
 
 
 def autocast(device, dtype):
@@ -47,20 +68,23 @@ def autocast(device, dtype):
     return torch.autocast(device.type, dtype=dtype)
 
 
-def builtin_call(size, device, dtype, batch_size):
-    config = BuiltinVLAConfig() if size == "full" else BuiltinVLAConfig(dim=128, patch_size=16)
-    vla = BuiltinVLA(config, NormStats.identity(9, 8)).to(device).eval()
-    rl_token = RLToken(RLTokenConfig(dim=config.dim, prefix_seq_len=256)).to(device).eval()
+def raw_observations(count, size_px):
     rng = np.random.default_rng(0)
-    size_px = config.image_size
-    observations = [
+    return [
         {
             "image": rng.integers(0, 256, (size_px, size_px, 3), dtype=np.uint8),
             "wrist_image": rng.integers(0, 256, (size_px, size_px, 3), dtype=np.uint8),
             "state": rng.normal(size=9).astype(np.float32),
         }
-        for _ in range(batch_size)
+        for _ in range(count)
     ]
+
+
+def builtin_call(size, device, dtype, batch_size):
+    config = BuiltinVLAConfig() if size == "full" else BuiltinVLAConfig(dim=128, patch_size=16)
+    vla = BuiltinVLA(config, NormStats.identity(9, 8)).to(device).eval()
+    rl_token = RLToken(RLTokenConfig(dim=config.dim, prefix_seq_len=256)).to(device).eval()
+    observations = raw_observations(batch_size, config.image_size)
 
     @torch.no_grad()
     def call():
@@ -106,21 +130,34 @@ def pi05_policy(size, device, dtype):
         return modeling_pi05.PI05Policy(config), resolution
 
 
-def pi05_call(policy, resolution, device, batch_size):
-    from rpent_agents.features.pi05 import PI05FeatureModel
+def prompt_tokens(policy, batch_size, device):
+    slots = policy.config.tokenizer_max_length
+    generator = torch.Generator().manual_seed(batch_size)
+    tokens = torch.randint(0, 1000, (batch_size, slots), generator=generator)
+    mask = torch.zeros(batch_size, slots, dtype=torch.bool)
+    mask[:, : slots // 4] = True  # a typical prompt fills a quarter of the 200 slots
+    return {
+        "observation.language.tokens": tokens.to(device),
+        "observation.language.attention_mask": mask.to(device),
+    }
 
-    model = PI05FeatureModel(policy, preprocessor=None, postprocessor=lambda chunk: chunk)
-    token_count = policy.config.tokenizer_max_length
+
+def stand_in_preprocessor(policy, device):
+    """What the stock pre-processor gives the model, minus the tokenizer (module doc)."""
+
+    def preprocess(batch):
+        inputs = {key: batch[key].to(device) for key in policy.config.image_features}
+        return inputs | prompt_tokens(policy, len(batch["task"]), device)
+
+    return preprocess
+
+
+def policy_batch_call(model, resolution, device, batch_size):
     batch = {
         key: torch.rand(batch_size, 3, resolution, resolution, device=device)
-        for key in policy.config.image_features
+        for key in model.policy.config.image_features
     }
-    batch["observation.language.tokens"] = torch.randint(
-        0, 1000, (batch_size, token_count), device=device
-    )
-    mask = torch.zeros(batch_size, token_count, dtype=torch.bool, device=device)
-    mask[:, : token_count // 4] = True  # a typical prompt fills a quarter of the 200 slots
-    batch["observation.language.attention_mask"] = mask
+    batch |= prompt_tokens(model.policy, batch_size, device)
 
     def call():
         features = model.features_from_policy_batch(batch)
@@ -129,16 +166,92 @@ def pi05_call(policy, resolution, device, batch_size):
     return call
 
 
+def rlt_call(featurizer, resolution, batch_size):
+    observations = raw_observations(batch_size, resolution)
+    return lambda: featurizer.rlt_features(observations, [INSTRUCTION] * batch_size)
+
+
+def pi05_featurizer(policy, device, fast_path):
+    from rpent_agents.features.pi05 import PI05FeatureModel
+
+    preprocess = stand_in_preprocessor(policy, device)
+    model = PI05FeatureModel(policy, preprocess, lambda chunk: chunk, fast_path=fast_path)
+    return RLTFeaturizer(model, RLToken(RLTokenConfig(dim=model.prefix_dim, prefix_seq_len=1024)))
+
+
+def serve(args, device, dtype):
+    """`--serve PORT`: the feature server of the remote path, a process of its own (torch 2.11
+    cannot replay CUDA graphs from a Python thread: pytorch/pytorch#123177)."""
+    from openpi_server import WebsocketPolicyServer
+
+    from rpent_agents.features.remote import FeatureServerPolicy
+
+    policy, _ = pi05_policy(args.size, device, dtype)
+    server_policy = FeatureServerPolicy(pi05_featurizer(policy, device, fast_path=True))
+    WebsocketPolicyServer(
+        server_policy, host="127.0.0.1", port=args.serve, metadata=server_policy.metadata
+    ).serve_forever()
+
+
+def start_server(args):
+    """A `--serve` process with the same model on a free loopback port, and its client."""
+    from rpent_agents.features.remote import RemoteFeatureModel
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, __file__, "--serve", str(port), "--device", args.device]
+    server = subprocess.Popen([*command, "--dtype", args.dtype, "--size", args.size])
+    deadline = time.monotonic() + SERVER_START_S
+    while True:
+        try:
+            return server, RemoteFeatureModel("127.0.0.1", port, connect_timeout_s=5.0)
+        except ConnectionError:
+            if server.poll() is not None:
+                raise RuntimeError(f"the feature server exited with {server.returncode}") from None
+            if time.monotonic() > deadline:
+                server.terminate()
+                raise
+
+
+def pi05_report(policy, resolution, device, args):
+    eager = pi05_featurizer(policy, device, fast_path=False).feature_model
+    in_process = pi05_featurizer(policy, device, fast_path=True)
+    fast = in_process.feature_model
+    makers = {
+        "eager": lambda batch: policy_batch_call(eager, resolution, device, batch),
+        "fast": lambda batch: policy_batch_call(fast, resolution, device, batch),
+        "in-process": lambda batch: rlt_call(in_process, resolution, batch),
+    }
+    server = None
+    if "remote" in args.pi05_paths:
+        server, remote = start_server(args)
+        makers["remote"] = lambda batch: rlt_call(remote, resolution, batch)
+    rows = []
+    try:
+        for path in args.pi05_paths:
+            name = f"pi0.5 (PI05Policy) {path}"
+            rows += report(name, args.batch_sizes, makers[path], device, args.iterations)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+    summary = {"model": "pi0.5 fast path", "compile_mode": fast.compile_mode}
+    print(json.dumps(summary | {"warmup_s": fast.warmup_s}))
+    return rows
+
+
 def report(name, batch_sizes, make_call, device, iterations):
     rows = []
     for batch_size in batch_sizes:
-        seconds = timed(make_call(batch_size), device, iterations)
+        first, seconds = timed(make_call(batch_size), device, iterations)
         rows.append(
             {
                 "model": name,
                 "batch": batch_size,
                 "latency_ms": round(1000 * seconds, 2),
                 "obs_per_s": round(batch_size / seconds, 1),
+                "first_call_s": round(first, 2),
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -153,10 +266,16 @@ def main():
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--models", nargs="+", default=["builtin", "pi05"])
+    parser.add_argument("--pi05-paths", nargs="+", default=PI05_PATHS, choices=PI05_PATHS)
+    parser.add_argument("--serve", type=int, metavar="PORT", help="(internal) the remote path")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("rpent_agents.features.pi05").setLevel(logging.INFO)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
+    if args.serve:
+        serve(args, device, dtype)
+        return
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     header.update(dtype=args.dtype, size=args.size, torch=torch.__version__)
     print(json.dumps(header))
@@ -172,11 +291,11 @@ def main():
         else:
             params = sum(parameter.numel() for parameter in policy.parameters())
             print(json.dumps({"model": "pi05", "parameters": params}))
-            make = lambda batch: pi05_call(policy, resolution, device, batch)  # noqa: E731
-            rows += report("pi0.5 (PI05Policy)", args.batch_sizes, make, device, args.iterations)
-    print("| model | batch | latency ms | obs/s |\n|---|---|---|---|")
+            rows += pi05_report(policy, resolution, device, args)
+    print("| model | batch | latency ms | obs/s | first call s |\n|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['model']} | {row['batch']} | {row['latency_ms']} | {row['obs_per_s']} |")
+        cells = [row[key] for key in ("model", "batch", "latency_ms", "obs_per_s", "first_call_s")]
+        print("| " + " | ".join(map(str, cells)) + " |")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,6 @@
 # Carry .carry_pi (bash bench/device/pack_carry.sh pi); $OUT gets featurize.log.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-site=/tmp/site_pi
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .carry_pi/*.whl
-export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+source bench/device/pi_env.sh
 python3 bench/featurize.py --device cuda --dtype bfloat16 --size full "$@" 2>&1 \
   | tee "${OUT:-/tmp/out}/featurize.log"

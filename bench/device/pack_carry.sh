@@ -5,7 +5,8 @@
 # (no C++ headers, no CUDA denoiser, no stereo pattern: 30 MB instead of 51 MB).
 # On the device: bash bench/device/unpack_carry.sh && export PYTHONPATH=/tmp/site:$PWD
 #   bash bench/device/pack_carry.sh      # .carry/: ManiSkill, SAPIEN, GL loaders (Stage 1/2 jobs)
-#   bash bench/device/pack_carry.sh pi   # .carry_pi/: LeRobot's PI05 stack (featurize.sh)
+#   bash bench/device/pack_carry.sh pi   # .carry_pi/: LeRobot's PI05 stack (featurize.sh,
+#                                        # pi05_fast_path.sh)
 #   bash bench/device/pack_carry.sh ray  # .carry_ray/: Ray core, trimmed (ray_vs_vector.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,10 +17,12 @@ download() {
 }
 if [ "${1:-}" = pi ]; then
   # The GPU machine has transformers 5.17 and tokenizers 0.23.2; lerobot 0.6.1 wants < 5.6.
-  # av and datasets are optional imports of the policy code: left out (~120 MB).
+  # av and datasets are optional imports of the policy code: left out (~120 MB). openpi-client,
+  # openpi-server and tyro: the feature server path of bench/featurize.py (1 MB).
   rm -rf .carry_pi && mkdir -p .carry_pi
   download .carry_pi lerobot==0.6.1 transformers==5.5.4 tokenizers==0.22.2 draccus==0.11.6 \
-    mergedeep toml termcolor gymnasium==1.4.0 farama-notifications
+    mergedeep toml termcolor gymnasium==1.4.0 farama-notifications openpi-client==0.1.2 \
+    openpi-server==0.1.0 websockets==17.4 msgpack==1.2.4 tyro==1.0.17 docstring_parser typeguard
   du -sh .carry_pi
   exit 0
 fi

@@ -9,10 +9,19 @@ The checkpoint folder is what `lerobot-train` writes for pi0.5 (`config.json`,
 `model.safetensors`, `policy_preprocessor.json`, `policy_postprocessor.json` and their
 normaliser states). The stock pre-processor names the PaliGemma tokenizer on the hub; here the
 tokenizer always comes from a local folder (`tokenizer_dir`), so nothing is downloaded.
+
+The fast path (on by default on CUDA) runs the same prefix pass and Euler loop through
+`torch.compile`: the batch is padded to a fixed bucket size (its first row repeated), so each
+bucket compiles once, and on CUDA the mode "reduce-overhead" replays the whole call as CUDA
+graphs from static buffers. The first call of each bucket pays the compile and capture; its
+seconds land in `warmup_s`. With torch 2.11 those CUDA graphs replay only in the thread that
+compiled them (pytorch/pytorch#123177): call the model from one thread.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,9 +31,14 @@ import torch
 
 from rpent_agents.features.protocol import PrefixFeatures
 
+logger = logging.getLogger(__name__)
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
 RAW_CAMERA_KEYS = ("image", "wrist_image")
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# A bucket's first call compiles and runs the CUDA-graph warm-up, its second records the graphs;
+# later calls replay them.
+WARMUP_CALLS = 2
 
 
 def _require_lerobot_pi() -> None:
@@ -44,6 +58,10 @@ class PI05FeatureModel:
     feature, default: `image` and `wrist_image` to the policy's image features in order) and
     `state` -> `observation.state`; the instruction is the task prompt.
 
+    Attributes:
+        fast_path: Whether featurization runs compiled (see the module doc).
+        warmup_s: Seconds the first call of each batch bucket took to compile and capture.
+
     Example:
         >>> model = PI05FeatureModel.from_checkpoint("ckpt/pi05_peg", "tokenizers/paligemma")
         >>> features = model.featurize([obs], ["insert the peg in the hole"])
@@ -56,8 +74,23 @@ class PI05FeatureModel:
         preprocessor: Any,
         postprocessor: Any,
         camera_keys: Mapping[str, str] | None = None,
+        fast_path: bool | None = None,
+        compile_mode: str | None = None,
+        batch_buckets: Sequence[int] = BATCH_BUCKETS,
     ) -> None:
-        """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`)."""
+        """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
+
+        Args:
+            policy: A LeRobot `PI05Policy`, already on its device and dtype.
+            preprocessor: Its pre-processor pipeline (raw batch -> policy inputs).
+            postprocessor: Its post-processor pipeline (normalised chunk -> env units).
+            camera_keys: Raw camera key -> policy image feature.
+            fast_path: Compile the prefix pass and the Euler loop; None: on CUDA only.
+            compile_mode: `torch.compile` mode; None: "reduce-overhead" (CUDA graphs) on
+                CUDA, "default" elsewhere.
+            batch_buckets: Batch sizes the fast path pads to (a larger batch pads to a
+                multiple of the largest).
+        """
         self.policy = policy.eval()
         self.preprocessor = preprocessor
         self.postprocessor = postprocessor
@@ -72,6 +105,16 @@ class PI05FeatureModel:
         self.prefix_dim = _prefix_width(policy)
         self.chunk_len = policy.config.chunk_size
         self.action_dim = policy.config.output_features["action"].shape[0]
+        on_cuda = self.device.type == "cuda"
+        self.fast_path = on_cuda if fast_path is None else fast_path
+        self.compile_mode = compile_mode or ("reduce-overhead" if on_cuda else "default")
+        self.batch_buckets = tuple(sorted(batch_buckets))
+        self.warmup_s: dict[int, float] = {}
+        self._compiled = (
+            torch.compile(self._prefix_pass_and_chunk, mode=self.compile_mode, dynamic=False)
+            if self.fast_path
+            else None
+        )
 
     @classmethod
     def from_checkpoint(
@@ -80,8 +123,11 @@ class PI05FeatureModel:
         tokenizer_dir: Path,
         device: str = "cpu",
         camera_keys: Mapping[str, str] | None = None,
+        fast_path: bool | None = None,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
+
+        `fast_path` as in the constructor (None: compiled on CUDA, eager elsewhere).
 
         Raises:
             FileNotFoundError: When a checkpoint or tokenizer file is missing.
@@ -119,7 +165,7 @@ class PI05FeatureModel:
             to_transition=policy_action_to_transition,
             to_output=transition_to_policy_action,
         )
-        return cls(policy.to(device), preprocessor, postprocessor, camera_keys)
+        return cls(policy.to(device), preprocessor, postprocessor, camera_keys, fast_path)
 
     @property
     def device(self) -> torch.device:  # noqa: D102
@@ -146,15 +192,45 @@ class PI05FeatureModel:
     @torch.no_grad()
     def features_from_policy_batch(self, batch: Mapping[str, Any]) -> PrefixFeatures:
         """`featurize` after the pre-processor: images, prompt tokens and mask are in `batch`."""
-        from lerobot.policies.common.flow_matching import euler_integrate
-        from lerobot.policies.common.vla_utils import make_att_2d_masks, prepare_attention_masks_4d
         from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS
 
-        model = self.policy.model
         images, image_masks = self.policy._preprocess_images(batch)
         tokens = batch[OBS_LANGUAGE_TOKENS]
+        config = self.policy.config
+        noise = self.policy.model.sample_noise(
+            (tokens.shape[0], config.chunk_size, config.max_action_dim), self.device
+        )
+        inputs = (*images, *image_masks, tokens, batch[OBS_LANGUAGE_ATTENTION_MASK], noise)
+        run = self._run_fast if self.fast_path else self._prefix_pass_and_chunk
+        prefix_tokens, pad_mask, chunk = run(*inputs)
+        ref_chunk = self.postprocessor(chunk[:, :, : self.action_dim])
+        return PrefixFeatures(
+            prefix_tokens=prefix_tokens,
+            pad_mask=pad_mask.bool(),
+            ref_chunk=ref_chunk.float(),
+            image_token_count=prefix_tokens.shape[1] - tokens.shape[1],
+        )
+
+    def _prefix_pass_and_chunk(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The prefix pass with KV cache, then the Euler loop of the action expert from it.
+
+        Args:
+            *inputs: The camera images, their masks (one per camera each), the prompt tokens,
+                their mask and the initial noise (B, H, max_action_dim).
+
+        Returns:
+            Prefix hidden states (B, T, D), prefix pad mask (B, T) and the chunk (B, H,
+            max_action_dim), normalised.
+        """
+        from lerobot.policies.common.flow_matching import euler_integrate
+        from lerobot.policies.common.vla_utils import make_att_2d_masks, prepare_attention_masks_4d
+
+        cameras = (len(inputs) - 3) // 2
+        images, image_masks = list(inputs[:cameras]), list(inputs[cameras : 2 * cameras])
+        tokens, token_mask, noise = inputs[2 * cameras :]
+        model = self.policy.model
         embeddings, pad_mask, attention = model.embed_prefix(
-            images, image_masks, tokens, batch[OBS_LANGUAGE_ATTENTION_MASK]
+            images, image_masks, tokens, token_mask
         )
         language_model = model.paligemma_with_expert.paligemma.model.language_model
         language_model.config._attn_implementation = "eager"
@@ -164,22 +240,55 @@ class PI05FeatureModel:
             inputs_embeds=[embeddings, None],
             use_cache=True,
         )
-        config = self.policy.config
-        noise = model.sample_noise(
-            (tokens.shape[0], config.chunk_size, config.max_action_dim), self.device
-        )
         chunk = euler_integrate(
             lambda noisy, time: model.denoise_step(pad_mask, cache, noisy, time),
             noise,
-            config.num_inference_steps,
+            self.policy.config.num_inference_steps,
         )
-        ref_chunk = self.postprocessor(chunk[:, :, : self.action_dim])
-        return PrefixFeatures(
-            prefix_tokens=prefix_tokens,
-            pad_mask=pad_mask.bool(),
-            ref_chunk=ref_chunk.float(),
-            image_token_count=embeddings.shape[1] - tokens.shape[1],
+        return prefix_tokens, pad_mask, chunk
+
+    def _run_fast(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`_prefix_pass_and_chunk` compiled, on the batch padded to its bucket."""
+        count = inputs[0].shape[0]
+        bucket = _bucket_size(count, self.batch_buckets)
+        padded = [_pad_rows(tensor, bucket) for tensor in inputs]
+        if bucket not in self.warmup_s:
+            self._warm_up(bucket, padded)
+        torch.compiler.cudagraph_mark_step_begin()
+        # Cloned: the next replay of the CUDA graphs overwrites their output buffers.
+        return tuple(output[:count].clone() for output in self._compiled(*padded))
+
+    def _warm_up(self, bucket: int, padded: Sequence[torch.Tensor]) -> None:
+        start = time.perf_counter()
+        for _ in range(WARMUP_CALLS):
+            torch.compiler.cudagraph_mark_step_begin()
+            self._compiled(*padded)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.warmup_s[bucket] = time.perf_counter() - start
+        logger.info(
+            "pi0.5 fast path: batch bucket %d compiled (%s) in %.1f s",
+            bucket,
+            self.compile_mode,
+            self.warmup_s[bucket],
         )
+
+
+def _bucket_size(count: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket holding `count` rows, else the next multiple of the largest."""
+    fitting = [bucket for bucket in buckets if bucket >= count]
+    return fitting[0] if fitting else -(-count // buckets[-1]) * buckets[-1]
+
+
+def _pad_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    """`tensor`, contiguous, with its first row repeated up to `rows` rows.
+
+    Repeated real rows keep the padding free of empty attention rows; contiguity keeps one
+    compiled graph per bucket whatever layout the caller's images have.
+    """
+    extra = rows - tensor.shape[0]
+    padded = torch.cat([tensor, tensor[:1].expand(extra, *tensor.shape[1:])]) if extra else tensor
+    return padded.contiguous()
 
 
 def _prefix_width(policy: Any) -> int:
