@@ -24,7 +24,7 @@ def collected(tmp_path_factory):
 def test_dataset_reloads_with_expected_features(collected):
     output_dir, report = collected
     dataset = LeRobotDataset("local/peg_demos", root=output_dir)
-    assert dataset.meta.info["codebase_version"] == "v3.0"
+    assert dataset.meta.info.codebase_version == "v3.0"
     assert dataset.fps == 10 and dataset.num_episodes == 2
     assert len(dataset) == report.frames
     frame = dataset[0]
