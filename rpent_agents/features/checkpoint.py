@@ -80,13 +80,7 @@ def save_checkpoint(
 ) -> None:
     """Replace the checkpoint files of `folder` (created if needed) as one set.
 
-    Args:
-        folder: Checkpoint folder.
-        vla: The built-in VLA (its norm stats are saved too).
-        rl_token: The RL token trained on the VLA's prefix.
-        metadata: Extra JSON-serialisable facts stored under "metadata" (step, dataset...).
-        weights_dtype: Storage dtype of the weights (bfloat16 halves the size; loading
-            always returns float32 modules).
+    `write_checkpoint_files` (same arguments) writes them into a `staged_save` of `folder`.
     """
     with staged_save(folder) as staging:
         write_checkpoint_files(staging, vla, rl_token, metadata, weights_dtype)
