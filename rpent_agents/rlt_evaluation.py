@@ -2,7 +2,9 @@
 
 The workers of `rpent_agents.rlt_vector.make_rlt_vector_env` evaluate between training
 phases: each env runs the next held-out seed when its episode ends, until every seed has run
-once (envs left without a seed run throwaway episodes meanwhile). The expert takeover is off;
+once (envs left without a seed run throwaway episodes meanwhile). Every evaluated episode
+rebuilds its scene from its seed, so a seed gives the same peg, box and poses whether or not
+the workers keep their scenes across training resets. The expert takeover is off;
 `actor_ready=False` measures the base policy (reference chunks only), `actor_ready=True` the
 actor's chunks in the critical phase (the VLA reference outside it). An optional observer sees
 every chunk of every evaluated episode (`rpent_agents.rlt_diagnostics` builds its traces so).
@@ -42,6 +44,8 @@ class EvalResult:
     Attributes:
         success_by_seed: Whether the episode of each seed succeeded (at any step).
         length_by_seed: Simulator steps of the episode of each seed.
+        critical_steps_by_seed: Simulator steps of each seed's episode inside the critical
+            phase (the chunks decided after the reference `AutoGate` opened).
         env_steps: Simulator steps of the evaluated episodes.
         wall_time_s: Wall-clock time of the whole evaluation.
         scalars: `eval/success_once` and `eval/episode_len` (means over the episodes).
@@ -49,6 +53,7 @@ class EvalResult:
 
     success_by_seed: dict[int, bool]
     length_by_seed: dict[int, int]
+    critical_steps_by_seed: dict[int, int]
     env_steps: int
     wall_time_s: float
     scalars: dict[str, float]
@@ -68,6 +73,17 @@ class EvalResult:
         """Median length (simulator steps) of the successful episodes; None without any."""
         lengths = [self.length_by_seed[seed] for seed in self.successful_seeds]
         return float(np.median(lengths)) if lengths else None
+
+    @property
+    def critical_phase_median_steps(self) -> float | None:
+        """Median critical-phase steps of the successful episodes that entered the phase.
+
+        None without any. This is where a critical-phase actor acts: the RLT recipe expects
+        it to get faster there than the base policy.
+        """
+        steps = [self.critical_steps_by_seed[seed] for seed in self.successful_seeds]
+        steps = [count for count in steps if count > 0]
+        return float(np.median(steps)) if steps else None
 
 
 def evaluate_on_seeds(
@@ -102,10 +118,11 @@ def evaluate_on_seeds(
     seed_of_env: list[int | None] = [
         pending.popleft() if pending else None for _ in range(envs.num_envs)
     ]
-    obs, _ = reset_envs(envs, np.ones(envs.num_envs, bool), seed_of_env)
+    obs, _ = reset_envs(envs, np.ones(envs.num_envs, bool), seed_of_env, rebuild_scenes=True)
     stats = EpisodeStats(envs.num_envs, prefix="eval")
     success_by_seed: dict[int, bool] = {}
     length_by_seed: dict[int, int] = {}
+    critical_steps_by_seed: dict[int, int] = {}
     env_steps = 0
     with tqdm(total=num_seeds, desc=progress_label, leave=False) as progress:
         while len(success_by_seed) < num_seeds:
@@ -124,13 +141,17 @@ def evaluate_on_seeds(
                 if observer is not None:
                     observer(seed, info, bool(done[env_index]))
                 if done[env_index]:
-                    success_by_seed[seed], length_by_seed[seed] = stats.finished[-1]
+                    episode = stats.finished[-1]
+                    success_by_seed[seed], length_by_seed[seed] = episode[:2]
+                    critical_steps_by_seed[seed] = episode.critical_steps
                     progress.update()
             if done.any():
                 obs = _start_next_seeds(envs, done, seed_of_env, pending, stats)
+    wall_time_s = time.monotonic() - started_s
     return EvalResult(
-        success_by_seed, length_by_seed, env_steps, time.monotonic() - started_s, stats.scalars()
-    )
+        success_by_seed, length_by_seed, critical_steps_by_seed, env_steps, wall_time_s,
+        stats.scalars(),
+    )  # fmt: skip
 
 
 def _start_next_seeds(
@@ -145,7 +166,7 @@ def _start_next_seeds(
     for env_index in np.flatnonzero(done):
         seed_of_env[env_index] = pending.popleft() if pending else None
         new_seeds.append(seed_of_env[env_index])
-    obs, infos = reset_envs(envs, done, new_seeds)
+    obs, infos = reset_envs(envs, done, new_seeds, rebuild_scenes=True)
     for env_index in np.flatnonzero(discarded_envs(infos, envs.num_envs)):
         stats.abandon(env_index)  # an unfinished episode lost with its worker: it runs again
     return obs

@@ -222,3 +222,20 @@ def test_the_whole_critical_phase_takeover_fires_where_the_reference_window_does
         fired["whole"] |= whole.update(stall, True)
     assert fired == {"reference": False, "whole": True}
     assert not ExpertTakeover.whole_critical_phase(CountingExpert()).update(stall, False)
+
+
+def test_a_peg_not_yet_grasped_is_judged_by_the_grasp_deadline_not_by_progress():
+    # From the first chunk (the actor drives the whole episode) the peg lies still on the table
+    # while the gripper approaches: no progress, but no stall either until the deadline.
+    takeover = ExpertTakeover.whole_critical_phase(
+        CountingExpert(), ungrasped_chunks_before_takeover=5
+    )
+    on_table = chunk(-0.3, grasped=False)
+    assert [takeover.update(on_table, True) for _ in range(5)] == [False] * 4 + [True]
+    takeover.reset()
+    for _ in range(4):
+        assert not takeover.update(on_table, True)
+    for x in (-0.3, -0.3, -0.3):  # grasped: the deadline restarts, progress decides again
+        assert not takeover.update(chunk(x), True)
+    assert takeover.ungrasped_chunks == 0 and takeover.stalled_chunks == 2
+    assert takeover.update(chunk(-0.3), True)  # third grasped chunk without progress

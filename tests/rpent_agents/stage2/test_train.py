@@ -107,6 +107,34 @@ def test_training_learns_lets_the_actor_drive_and_writes_results(first_run):
         output_dir / "results.json"
     ).read_bytes()  # saved with the learner; the copy next to run/ is the same
     assert "base 0." in result.stdout or "base 1." in result.stdout
+    # the speed and the profile of the training loop, readable without TensorBoard
+    assert results["train_env_steps_per_s_median"] > 0 and results["wall_time_s"] > 0
+    profile = results["loop_profile"]
+    assert profile["vector_steps"] == 10 and 0 < profile["worker_busy_share"] <= 1
+    assert profile["worker_max_busy_ms_per_step"] >= profile["worker_mean_busy_ms_per_step"] > 0
+    assert {"act_s", "learner_s", "wait_s", "featurize_s", "store_s"} <= set(profile)
+    assert "critical_phase_median_steps" in results
+    assert "base_critical_phase_median_steps" in results
+
+
+def test_the_whole_episode_preset_runs_with_kept_scenes(no_lerobot_site, tmp_path):
+    output_dir = tmp_path / "whole"
+    path = os.pathsep.join([str(no_lerobot_site), os.environ.get("PYTHONPATH", "")])
+    command = [
+        sys.executable, "-m", "rpent_agents.stage2.train", "whole-episode", *TINY_RUN,
+        "--env.reconfiguration-freq", "2", "--output-dir", str(output_dir),
+        "--total-env-steps", "100",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path}
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    results = json.loads((output_dir / "results.json").read_text())
+    assert results["args"]["env"]["trigger_mode"] == "always_on"
+    assert results["args"]["env"]["expert_takeover"] is True
+    assert results["args"]["stage2"]["eval_q_filter"] is True
+    assert results["args"]["stage2"]["intervention_batch_share"] == 0.5
+    assert [point["env_steps"] for point in results["evals"]] == [100]
 
 
 def test_the_example_resumes_the_run_with_expert_takeover(first_run, no_lerobot_site, tmp_path):
