@@ -60,6 +60,10 @@ class PegRLTConfig:
     """AutoGate mode: "auto", the critical phase near the hole (the RLT recipe); "always_on"
     hands every chunk to the agent, so it also drives the grasp (the whole-episode preset of
     `rpent-stage2`)."""
+    missed_grasp_chunks: int | None = None
+    """With trigger_mode "auto": also hand control to the agent after this many chunks in a
+    row without the peg held (a missed or lost grasp: the reference keeps every approach that
+    works); None: the critical phase near the hole alone (the RLT recipe)."""
     expert_takeover: bool = False
     """Let the scripted expert take over stalled critical phases (training only)."""
     takeover_window: Literal["critical-phase", "reference"] = "critical-phase"
@@ -107,7 +111,9 @@ class PegRLTConfig:
 
     def make_gate(self) -> AutoGate:
         """The critical-phase gate of the stack."""
-        return AutoGate(trigger_mode=self.trigger_mode)
+        return AutoGate(
+            trigger_mode=self.trigger_mode, missed_grasp_chunks=self.missed_grasp_chunks
+        )
 
     def make_takeover(self, peg_env: gym.Env) -> ExpertTakeover | None:
         """The stalled-progress expert takeover on `peg_env`, or None when switched off."""

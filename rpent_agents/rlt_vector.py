@@ -91,7 +91,9 @@ class RLTWorker(gym.Wrapper):
     many rows are real (`unpad_chunk_info` cuts them back). `step_infos` is dropped.
 
     `expert_takeover_enabled` switches the stalled-progress expert on or off from the next
-    reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below.
+    reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below;
+    `rebuild_scenes` makes the worker's own resets rebuild the scene from their seed
+    (evaluation turns it on, so a held-out seed alone defines its episode).
 
     Two more info keys measure the run: `critical_phase` (the chunk was decided inside the
     critical phase as the reference `AutoGate` defines it, whatever gate the switch uses, so
@@ -129,6 +131,7 @@ class RLTWorker(gym.Wrapper):
         self.reference = reference
         self.takeover = takeover
         self.expert_takeover_enabled = takeover is not None
+        self.rebuild_scenes = False
         self.chunk_len, self.action_dim = self.switch.horizon, self.switch.action_dim
         step_space = self.switch.env.action_space
         ref_shape = (ref_chunk_len, self.action_dim)
@@ -181,7 +184,8 @@ class RLTWorker(gym.Wrapper):
         if (terminated or truncated) and reset_seed != NO_RESET_SEED:
             info["final_obs"] = obs
             reset_started_s = time.perf_counter()
-            obs, reset_info = self.reset(seed=reset_seed)
+            options = {"reconfigure": True} if self.rebuild_scenes else None
+            obs, reset_info = self.reset(seed=reset_seed, options=options)
             info["worker_reset_s"] = time.perf_counter() - reset_started_s
             info[INSTRUCTION_KEY] = reset_info.get(INSTRUCTION_KEY, info.get(INSTRUCTION_KEY))
         return obs, reward, terminated, truncated, info

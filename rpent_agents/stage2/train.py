@@ -360,6 +360,7 @@ class Stage2Run:
         """Reset every worker with fresh training seeds and the training drivers."""
         self.envs.set_attr("actor_ready", self.learner.ready_for_online)
         self.envs.set_attr("expert_takeover_enabled", self.args.env.expert_takeover)
+        self.envs.set_attr("rebuild_scenes", False)  # training resets keep their scenes
         seeds = self.state.next_seeds(self.num_envs, self.args.train_seed)
         self.steps_at_log, self.time_at_log = self.state.env_steps, time.monotonic()
         self.diagnostics.abandon_episodes()
@@ -498,7 +499,10 @@ def train(args: TrainArgs) -> LearningResults:
 # the BC term's size on this task: the actor never leaves the reference) and explores with a
 # noise std of 0.05 (reference 0.002). On expert-driven steps the stored reference input stays
 # the VLA's chunk (reference: the expert's), so the actor learns the correction from what it
-# will see when it drives, not by copying an input that holds the answer.
+# will see when it drives, not by copying an input that holds the answer. The expert takes
+# over stalls in training, half of every batch comes from the transitions it drove (as RLPD
+# samples its demonstrations), and evaluation runs the reference chunk wherever the critic
+# values it above the actor's (the actor breaks fewer of the base's successes).
 # tests/rpent_agents/stage2/test_learning.py and bench/RESULTS.md show what each change does.
 SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     learning_starts=1000,
@@ -509,23 +513,17 @@ SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     normalize_q=True,
     actor_noise_std=0.05,
     reference_on_interventions="observed",
+    intervention_batch_share=0.5,
+    eval_q_filter=True,
 )
 # Training episodes keep their scene for 8 resets (sizes are redrawn every 8 episodes per
 # worker; evaluations rebuild every scene from its seed): a reset then costs a fraction of a
 # scene rebuild, and the synchronous vector step waits far less for a resetting worker.
-FAST_RESET_ENV = PegRLTConfig(reconfiguration_freq=8)
-# The whole-episode preset lets the actor drive every chunk (trigger_mode "always_on"), so it
-# can also fix what fails before the critical phase (missed grasps: 13 of the base's 35
-# failures on seeds 0..99), with the expert taking over missed grasps (5 chunks without a
-# held peg) and stalls; half of every batch comes from those expert chunks, and evaluation
-# runs the reference chunk wherever the critic prefers it to the actor's.
-WHOLE_EPISODE_ENV = dataclasses.replace(
-    FAST_RESET_ENV, trigger_mode="always_on", expert_takeover=True,
-    ungrasped_chunks_before_takeover=5,
-)  # fmt: skip
-WHOLE_EPISODE_STAGE2 = dataclasses.replace(
-    SAMPLE_EFFICIENT_STAGE2, intervention_batch_share=0.5, eval_q_filter=True
-)
+SAMPLE_EFFICIENT_ENV = PegRLTConfig(reconfiguration_freq=8, expert_takeover=True)
+# The grasp-rescue preset opens a second gated phase: after 4 chunks in a row without the peg
+# held (a missed or lost grasp, 13 + of the base's 35 failures on seeds 0..99 never open the
+# critical phase), the actor drives too, and the expert takes a grasp over after 3 more.
+GRASP_RESCUE_ENV = dataclasses.replace(SAMPLE_EFFICIENT_ENV, missed_grasp_chunks=4)
 PRESETS = {
     "reference": (
         "DESIGN.md §4 exactly: learning starts at 10000 transitions, the actor acts after "
@@ -535,14 +533,14 @@ PRESETS = {
     "sample-efficient": (
         "the schedule scaled to a 300k env-step budget (learning after 1000 transitions, "
         "the actor after 3000 updates), 4 updates per transition, normalized Q term, "
-        "exploration noise 0.05; training scenes kept for 8 resets",
-        TrainArgs(env=FAST_RESET_ENV, stage2=SAMPLE_EFFICIENT_STAGE2),
+        "exploration noise 0.05, expert takeover of stalls with half of each batch from its "
+        "chunks, evaluation filtered by the critic; training scenes kept for 8 resets",
+        TrainArgs(env=SAMPLE_EFFICIENT_ENV, stage2=SAMPLE_EFFICIENT_STAGE2),
     ),
-    "whole-episode": (
-        "sample-efficient, with the actor driving every chunk (the grasp too), the expert "
-        "taking over missed grasps and stalls, half of each batch from expert chunks, and "
-        "evaluation filtered by the critic",
-        TrainArgs(env=WHOLE_EPISODE_ENV, stage2=WHOLE_EPISODE_STAGE2),
+    "grasp-rescue": (
+        "sample-efficient, and the actor also drives after 4 chunks without the peg held "
+        "(a missed or lost grasp)",
+        TrainArgs(env=GRASP_RESCUE_ENV, stage2=SAMPLE_EFFICIENT_STAGE2),
     ),
 }
 

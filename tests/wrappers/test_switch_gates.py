@@ -89,6 +89,27 @@ def test_always_on_gives_the_actor_every_chunk():
     assert gate.update(chunk(-0.5, grasped=False)) == SwitchUpdate(True)
 
 
+def test_the_missed_grasp_entry_opens_after_ungrasped_chunks_only():
+    gate = AutoGate(missed_grasp_chunks=4)
+    gate.reset()
+    on_table = chunk(-0.3, grasped=False)
+    assert [gate.update(on_table).active for _ in range(4)] == [False] * 3 + [True]
+    assert gate.update(chunk(-0.3)).active  # latched, as the critical phase is
+    held_early = AutoGate(missed_grasp_chunks=4)  # the reference grasped in time: closed
+    held_early.reset()
+    for grasped in (False, False, True, True, True, False, False, False):
+        assert not held_early.update(chunk(-0.3, grasped=grasped)).active
+    assert held_early.update(on_table) == SwitchUpdate(True, "enter_actor")  # dropped: 4 in a row
+    never = AutoGate()  # off by default
+    never.reset()
+    assert not any(never.update(on_table).active for _ in range(10))
+    solved = AutoGate(missed_grasp_chunks=1)
+    solved.reset()
+    assert not solved.update(chunk(0.0, grasped=False, success=True)).active
+    with pytest.raises(ValueError, match="missed_grasp_chunks=0"):
+        AutoGate(missed_grasp_chunks=0)
+
+
 def test_gate_names_missing_signals_and_bad_mode():
     gate = AutoGate()
     gate.reset()

@@ -68,12 +68,13 @@ def test_bc_plus_q_corrects_the_reference(reference_success, preset_agent):
 def test_the_q_filter_keeps_what_the_actor_learned(preset_agent):
     # The critic that taught the actor prefers its chunks where they are better: filtering
     # the evaluation by it must keep the correction (it may only fix the actor's misses).
-    unfiltered = task.success_rate(preset_agent, EVAL_EPISODES, seed=7)
-    preset_agent.config.eval_q_filter = True
+    assert preset_agent.config.eval_q_filter  # the preset filters its evaluations
+    filtered = task.success_rate(preset_agent, EVAL_EPISODES, seed=7)
+    preset_agent.config.eval_q_filter = False
     try:
-        filtered = task.success_rate(preset_agent, EVAL_EPISODES, seed=7)
+        unfiltered = task.success_rate(preset_agent, EVAL_EPISODES, seed=7)
     finally:
-        preset_agent.config.eval_q_filter = False
+        preset_agent.config.eval_q_filter = True
     assert filtered >= LEARNED and filtered >= unfiltered - 0.05
 
 

@@ -117,24 +117,27 @@ def test_training_learns_lets_the_actor_drive_and_writes_results(first_run):
     assert "base_critical_phase_median_steps" in results
 
 
-def test_the_whole_episode_preset_runs_with_kept_scenes(no_lerobot_site, tmp_path):
-    output_dir = tmp_path / "whole"
+def test_the_grasp_rescue_preset_runs_with_kept_scenes(no_lerobot_site, tmp_path):
+    output_dir = tmp_path / "rescue"
     path = os.pathsep.join([str(no_lerobot_site), os.environ.get("PYTHONPATH", "")])
+    tiny_run = [flag for flag in TINY_RUN if flag not in ("--env.trigger-mode", "always_on")]
     command = [
-        sys.executable, "-m", "rpent_agents.stage2.train", "whole-episode", *TINY_RUN,
-        "--env.reconfiguration-freq", "2", "--output-dir", str(output_dir),
-        "--total-env-steps", "100",
+        sys.executable, "-m", "rpent_agents.stage2.train", "grasp-rescue", *tiny_run,
+        "--env.missed-grasp-chunks", "1", "--env.reconfiguration-freq", "2",
+        "--output-dir", str(output_dir), "--total-env-steps", "100",
     ]  # fmt: skip
     result = subprocess.run(
         command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path}
     )
     assert result.returncode == 0, result.stderr[-4000:]
     results = json.loads((output_dir / "results.json").read_text())
-    assert results["args"]["env"]["trigger_mode"] == "always_on"
-    assert results["args"]["env"]["expert_takeover"] is True
-    assert results["args"]["stage2"]["eval_q_filter"] is True
-    assert results["args"]["stage2"]["intervention_batch_share"] == 0.5
+    env, stage2 = results["args"]["env"], results["args"]["stage2"]
+    assert env["trigger_mode"] == "auto" and env["missed_grasp_chunks"] == 1
+    assert env["expert_takeover"] is True and env["reconfiguration_freq"] == 2
+    assert stage2["eval_q_filter"] is True and stage2["intervention_batch_share"] == 0.5
     assert [point["env_steps"] for point in results["evals"]] == [100]
+    # no grasp in the first chunk of a random policy: the rescue hands the actor chunks
+    assert results["transitions"] > 0
 
 
 def test_the_example_resumes_the_run_with_expert_takeover(first_run, no_lerobot_site, tmp_path):
