@@ -66,6 +66,26 @@ def obs_to_tensors(obs: Mapping[str, np.ndarray], device: torch.device) -> RLTOb
     return RLTObs(tensor("z_rl"), tensor("proprio"), tensor("ref_chunk"))
 
 
+@torch.no_grad()
+def act_chunks(
+    actor: Actor,
+    obs: Mapping[str, np.ndarray],
+    deterministic: bool = True,
+    generator: torch.Generator | None = None,
+) -> np.ndarray:
+    """Flat action chunks (B, H*A) of `actor` for batched RLT observations (numpy).
+
+    Args:
+        actor: The actor (on any device).
+        obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
+        deterministic: Use the mean (evaluation) instead of adding the fixed noise.
+        generator: Random source of the noise (the default generator when None).
+    """
+    device = next(actor.parameters()).device
+    chunk = actor(obs_to_tensors(obs, device), deterministic=deterministic, generator=generator)
+    return chunk.flatten(1).cpu().numpy()
+
+
 class Stage2Learner:
     """Actor, twin-Q critic, target critic, optimizers, replay buffer and update counters.
 
@@ -124,12 +144,7 @@ class Stage2Learner:
             obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
             deterministic: Use the mean (evaluation) instead of adding the fixed noise.
         """
-        chunk = self.actor(
-            obs_to_tensors(obs, self.device),
-            deterministic=deterministic,
-            generator=self.noise_generator,
-        )
-        return chunk.flatten(1).cpu().numpy()
+        return act_chunks(self.actor, obs, deterministic, self.noise_generator)
 
     @torch.no_grad()
     def q_value(self, transition: RLTTransition) -> float:
