@@ -1,6 +1,6 @@
 """`rpent-run`: run a policy on a registered env for given seeds, optionally recording it.
 
-    rpent-run --policy actor --seeds 2 8 29 --record-trajectory --output-dir runs/first \
+    rpent-run --policy actor --seeds 8 29 45 --record-trajectory --output-dir runs/first \
         --video runs/first/episodes.mp4
     rpent-run --policy vla --seeds 0 1 2 --record-trajectory --output-dir runs/vla
     rpent-run --policy actor --stage2-run runs/rlt_peg/run --seeds $(seq 0 99) --output-dir O
