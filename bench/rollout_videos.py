@@ -7,6 +7,9 @@ kept, so rendering is on for every step here. Frames get a banner: who drives an
 
     .venv/bin/python bench/rollout_videos.py --stage2-run bench/figures/issue13/stage2_actor.pt \
         --seeds 2 8 29 --output-dir bench/figures/issue13/videos --env.render-backend cpu
+
+Without `--stage2-run` the actor is the embedded default (rpent_agents/stage2/default_actor).
+For one video of a run with both cameras and who drove each chunk, see `rpent-run --video`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from tqdm import tqdm
 from rpent_agents.devices import resolve_device
 from rpent_agents.features.checkpoint import load_featurizer
 from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner, load_weights
+from rpent_agents.stage2 import RLTDims, TrainedActor, load_actor
 from rpent_envs.image_demand import image_demand_of
 from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTObservation
@@ -31,8 +34,8 @@ from wrappers.rlt import RLTObservation
 
 @dataclass
 class Args:
-    stage2_run: Path
-    """Stage 2 run folder or weights.pt of the actor."""
+    stage2_run: Path | None = None
+    """Stage 2 run folder or weights.pt of the actor; None: the embedded default actor."""
     seeds: list[int] = field(default_factory=lambda: [2, 8, 29])
     output_dir: Path = Path("runs/videos")
     env: PegRLTConfig = field(default_factory=PegRLTConfig)
@@ -58,14 +61,14 @@ class FrameGrab(gym.Wrapper):
         return outputs
 
 
-def run_episode(env: gym.Env, grab: FrameGrab, seed: int, learner: Stage2Learner | None):
+def run_episode(env: gym.Env, grab: FrameGrab, seed: int, actor: TrainedActor | None):
     """Frames and success of one episode (the actor drives the critical phase if given)."""
-    env.actor_ready = learner is not None
+    env.actor_ready = actor is not None
     observation, info = env.reset(seed=seed)
     done = False
     while not done:
         batched = {key: value[None] for key, value in observation.items()}
-        action = learner.act(batched, deterministic=True)[0] if learner else np.zeros(80)
+        action = actor.act(batched)[0] if actor else np.zeros(80)
         observation, _, terminated, truncated, info = env.step(action.astype(np.float32))
         done = terminated or truncated
     return list(grab.frames), bool(info["success"])
@@ -104,12 +107,11 @@ def main(args: Args) -> None:
     featurizer = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
     env = PolicySwitch(RLTObservation(grab, featurizer, config.chunk_len), config.make_gate())
     dims = RLTDims.from_observation_space(env.observation_space)
-    learner = Stage2Learner(Stage2Config(chunk_len=config.chunk_len, device="cpu"), dims)
-    load_weights(learner, args.stage2_run)
+    actor_net = load_actor(args.stage2_run, dims, config.chunk_len)
     outcomes = {}
     for seed in tqdm(args.seeds, desc="seeds"):
         base = run_episode(env, grab, seed, None)
-        actor = run_episode(env, grab, seed, learner)
+        actor = run_episode(env, grab, seed, actor_net)
         write_side_by_side(args.output_dir / f"seed{seed}_base_vs_actor.mp4", base, actor, args.fps)
         outcomes[seed] = {
             "base": base[1],

@@ -35,6 +35,10 @@ _EXPORTS: dict[str, str] = {
     "RLToken": "rpent_agents.rlt_token",
     "RLTokenConfig": "rpent_agents.rlt_token",
     # Stage 2 and its training on many envs
+    "DEFAULT_ACTOR_DIR": "rpent_agents.stage2",
+    "act_chunks": "rpent_agents.stage2",
+    "load_actor": "rpent_agents.stage2",
+    "TrainedActor": "rpent_agents.stage2",
     "RLTDims": "rpent_agents.stage2",
     "Stage2Config": "rpent_agents.stage2",
     "Stage2Learner": "rpent_agents.stage2",

@@ -10,7 +10,8 @@ lie inside the expert takeover's eligibility window (so a reader sees why a take
 would not fire).
 
     rpent-eval-rlt --num-episodes 100 --output-dir runs/eval_base
-    rpent-eval-rlt --stage2-run runs/rlt_peg/run --output-dir runs/eval_actor
+    rpent-eval-rlt --policy actor --output-dir runs/eval_default_actor   # the embedded actor
+    rpent-eval-rlt --policy actor --stage2-run runs/rlt_peg/run --output-dir runs/eval_actor
 
 The output folder gets report.json (summary and every trace) and stalls.png.
 """
@@ -22,14 +23,16 @@ import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import tyro
 
+from rpent_agents.devices import resolve_device
 from rpent_agents.rlt_envs import PegRLTConfig
 from rpent_agents.rlt_evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.rlt_vector import make_rlt_vector_env
+from rpent_agents.stage2 import DEFAULT_ACTOR_DIR, RLTDims, load_actor
 from wrappers.takeover import ExpertTakeover
 
 logger = logging.getLogger(__name__)
@@ -215,8 +218,11 @@ class EvalRLTArgs:
     """Folder of report.json and stalls.png (created)."""
     env: PegRLTConfig = field(default_factory=PegRLTConfig)
     """The peg RLT stack (the expert takeover stays off while evaluating)."""
+    policy: Literal["base", "actor"] = "base"
+    """base: reference chunks only; actor: a Stage 2 actor's mean chunks in the critical phase."""
     stage2_run: Path | None = None
-    """Stage 2 run folder or weights.pt of the actor; None: the base policy."""
+    """Stage 2 run folder or weights.pt of the actor (actor only); None: the embedded default
+    actor (rpent_agents/stage2/default_actor)."""
     num_envs: int = 2
     """Worker processes."""
     seed: int = 0
@@ -246,28 +252,28 @@ def evaluate_with_traces(args: EvalRLTArgs) -> tuple[EvalResult, list[EpisodeTra
 def _policy(args: EvalRLTArgs, envs: Any) -> tuple[Any, bool]:
     """The chunk policy of the evaluation and whether the actor drives the critical phase."""
     flat = envs.single_action_space.shape[0]
-    if args.stage2_run is None:
+    if args.policy == "base":
         return (lambda obs: np.zeros((envs.num_envs, flat), np.float32)), False
-    from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner, load_weights
-
     dims = RLTDims.from_observation_space(envs.single_observation_space)
-    learner = Stage2Learner(Stage2Config(chunk_len=args.env.chunk_len), dims)
-    load_weights(learner, args.stage2_run)
-    return (lambda obs: learner.act(obs, deterministic=True)), True
+    device = resolve_device(args.env.feature_device)
+    actor = load_actor(args.stage2_run, dims, args.env.chunk_len, device)
+    return actor.act, True
 
 
 def main() -> None:
     """Entry point of `rpent-eval-rlt`."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = tyro.cli(EvalRLTArgs)
+    if args.stage2_run is not None and args.policy != "actor":
+        raise SystemExit("rpent-eval-rlt: --stage2-run is read by --policy actor only")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     result, traces = evaluate_with_traces(args)
     takeover = ExpertTakeover(expert=lambda observation: None)  # its default thresholds
     report = {
-        "policy": "actor" if args.stage2_run else "base",
+        "policy": args.policy,
         "seeds": [args.seed, args.seed + args.num_episodes - 1],
         "env": asdict(args.env),
-        "stage2_run": args.stage2_run,
+        "stage2_run": args.stage2_run or (DEFAULT_ACTOR_DIR if args.policy == "actor" else None),
         "diagnosis": diagnosis(traces, takeover),
         "traces": [asdict(trace) for trace in traces],
     }

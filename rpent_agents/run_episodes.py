@@ -4,7 +4,8 @@ Before a chunk executes, its decision (`rpent_agents.run_policies.ChunkDecision`
 provenance channel: a tool call named after its source (`vla` or `actor`) with the env's
 instruction as argument, a prediction of the deciding model inside that call, and the label of
 the chunk's actions (source, call id, prediction id). A recorder in the env's stack writes them;
-without one they go nowhere.
+without one they go nowhere. An `EpisodeVideo` in the stack (`rpent_agents.run_video`) learns
+the chunk's driver, which its frames are marked with.
 
 With several workers, each process opens its own env and policy (at its first episode) and
 runs the seeds it is handed; recorders of every worker may write into one run folder, since
@@ -24,7 +25,8 @@ import gymnasium as gym
 import torch
 
 from recorders.provenance import provenance_of
-from rpent_agents.run_policies import ChunkPolicy
+from rpent_agents.run_policies import DRIVERS, ChunkPolicy
+from rpent_agents.run_video import episode_video_of
 from wrappers.chunking import ChunkResult, execute_chunk
 from wrappers.record import RecordTrajectory, environment_verdict
 
@@ -40,7 +42,8 @@ class EpisodeOutcome:
         seed: Its reset seed.
         success: The env's verdict at its end (None when the env gives none).
         steps: Steps it ran.
-        chunks: Chunks it ran, by source ("vla", "actor").
+        chunks: Chunks it ran, by driver ("vla", "actor", "expert"; drivers of no chunk left
+            out).
         task_dir: Its trajectory folder when recorded.
     """
 
@@ -49,6 +52,12 @@ class EpisodeOutcome:
     steps: int
     chunks: dict[str, int]
     task_dir: str | None = None
+
+    def line(self) -> str:
+        """One line for a person: seed, verdict, steps and who drove how many chunks."""
+        verdict = {True: "success", False: "failure", None: "no verdict"}[self.success]
+        drivers = ", ".join(f"{driver} {self.chunks.get(driver, 0)}" for driver in DRIVERS)
+        return f"seed {self.seed}: {verdict} after {self.steps} steps; chunks by {drivers}"
 
 
 def instruction_of(env: gym.Env, info: dict[str, Any]) -> str:
@@ -69,8 +78,11 @@ def instruction_of(env: gym.Env, info: dict[str, Any]) -> str:
 def run_chunk(
     env: gym.Env, policy: ChunkPolicy, observation: Any, instruction: str, horizon: int
 ) -> tuple[ChunkResult, str]:
-    """Decide, log and execute one chunk; returns its result and its source."""
+    """Decide, log and execute one chunk; returns its result and its driver."""
     decision = policy.decide(observation, instruction)
+    video = episode_video_of(env)
+    if video is not None:
+        video.driver = decision.driver
     log = provenance_of(env)
     call_id = log.tool_call(decision.source, {"instruction": instruction})
     prediction_id = log.prediction(call_id, instruction, decision.model, decision.source)
@@ -78,7 +90,7 @@ def run_chunk(
     result = execute_chunk(env, observation, decision.chunk, horizon)
     log.tool_result(call_id, {"steps": len(result.rewards), "done": result.done})
     policy.observe(result)
-    return result, decision.source
+    return result, decision.driver
 
 
 def run_episode(env: gym.Env, policy: ChunkPolicy, seed: int, chunk_len: int) -> EpisodeOutcome:
@@ -90,8 +102,8 @@ def run_episode(env: gym.Env, policy: ChunkPolicy, seed: int, chunk_len: int) ->
     chunks: Counter[str] = Counter()
     steps = 0
     while True:
-        result, source = run_chunk(env, policy, observation, instruction, chunk_len)
-        chunks[source] += 1
+        result, driver = run_chunk(env, policy, observation, instruction, chunk_len)
+        chunks[driver] += 1
         steps += len(result.rewards)
         if result.done:
             break

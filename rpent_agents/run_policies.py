@@ -1,14 +1,15 @@
 """The policies `rpent-run` drives an env with: one decision per action chunk.
 
 Before each chunk a policy reads the raw observation (DESIGN.md §2) and the env's instruction
-and answers with a `ChunkDecision`: the chunk, who predicted it (`model`) and the source its
-actions are recorded with ("vla" or "actor"). `rpent_agents.run_policy` logs each decision as
-a prediction inside a tool call named after its source, then executes the chunk.
+and answers with a `ChunkDecision`: the chunk, who drove it (`driver`: "vla", "actor" or
+"expert") and who predicted it (`model`). `rpent_agents.run_episodes` logs each decision as a
+prediction inside a tool call named after its provenance source, then executes the chunk.
 
 - `VLAPolicy`: the built-in feature model of a Stage 1 checkpoint; the first H actions of its
   reference chunk, clipped to the action bounds (as `wrappers.RLTObservation` does).
-- `ActorPolicy`: a Stage 2 actor on the peg RLT stack (`PegRLTConfig`): the actor's chunk while
-  the stack's `AutoGate` is open (the critical phase), the VLA reference outside it.
+- `ActorPolicy`: a Stage 2 actor on the peg RLT stack (`PegRLTConfig`; the embedded default
+  actor unless another is given): the actor's chunk while the stack's `AutoGate` is open (the
+  critical phase), the VLA reference outside it.
 - `ExpertPolicy`: a scripted expert (peg, LIBERO) as the VLA stand-in, as in the flywheel
   examples: its chunks are logged as VLA predictions of model `scripted-expert-as-vla:<class>`.
 """
@@ -19,7 +20,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import gymnasium as gym
 import numpy as np
@@ -29,10 +30,15 @@ from rpent_agents.devices import resolve_device
 from rpent_agents.features.builtin import CAMERA_KEYS, STATE_KEY
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
 from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.stage2 import DEFAULT_ACTOR_DIR, RLTDims, TrainedActor, load_actor
 from rpent_envs import LIBERO_ID, PEG_INSERTION_ID
 from wrappers.chunking import ChunkResult, StepPolicy, state_step_policy
 from wrappers.rlt import rlt_observation_space, rlt_observations
 from wrappers.triggers import SwitchTrigger
+
+Driver = Literal["vla", "actor", "expert"]
+"""Who drove a chunk: the VLA's reference, the Stage 2 actor, or a scripted expert."""
+DRIVERS: tuple[Driver, ...] = get_args(Driver)
 
 EXPERTS = {
     PEG_INSERTION_ID: "rpent_envs.maniskill.expert:PegInsertionExpert",
@@ -46,14 +52,23 @@ class ChunkDecision:
     """What a policy decided for the next chunk.
 
     Attributes:
-        source: The source its executed actions are recorded with ("vla" or "actor").
+        driver: Who drove it ("vla", "actor", "expert").
         model: Who predicted it (the prediction's `model`).
         chunk: Actions (>= H, A) in env units, or a closed-loop step policy.
     """
 
-    source: PredictionSource
+    driver: Driver
     model: str
     chunk: np.ndarray | StepPolicy
+
+    @property
+    def source(self) -> PredictionSource:
+        """The provenance source its actions are recorded with.
+
+        An expert's chunks are recorded as VLA predictions (the expert stands in for the VLA),
+        the others under their driver.
+        """
+        return "vla" if self.driver == "expert" else self.driver
 
 
 class ChunkPolicy(Protocol):
@@ -142,12 +157,14 @@ class VLAPolicy:
 class ActorPolicy:
     """A Stage 2 actor in the critical phase, the VLA reference outside it (evaluation mode)."""
 
-    def __init__(self, vla: VLAPolicy, actor: Any, gate: SwitchTrigger, model: str) -> None:
-        """Drive with `actor` (a `Stage2Learner`) while `gate` is open.
+    def __init__(
+        self, vla: VLAPolicy, actor: TrainedActor, gate: SwitchTrigger, model: str
+    ) -> None:
+        """Drive with the mean chunks of `actor` while `gate` is open.
 
         Args:
             vla: The feature model (the actor reads its features) and the reference.
-            actor: Has `act(batched RLT observation, deterministic) -> (1, H*A)`.
+            actor: A Stage 2 actor (as `load_actor` gives it, with its Q filter if any).
             gate: The critical-phase trigger (the peg stack's `AutoGate`).
             model: The actor's name in its predictions.
         """
@@ -155,20 +172,23 @@ class ActorPolicy:
         self.critical = False
 
     @classmethod
-    def on_peg_stack(cls, env: gym.Env, config: PegRLTConfig, stage2_run: Path) -> ActorPolicy:
-        """The actor of a Stage 2 run folder (or weights.pt) on the peg stack of `config`."""
-        from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner, load_weights
+    def on_peg_stack(
+        cls, env: gym.Env, config: PegRLTConfig, stage2_run: Path | None = None
+    ) -> ActorPolicy:
+        """The actor of a Stage 2 run folder or weights.pt on the peg stack of `config`.
 
+        Args:
+            env: The raw peg env.
+            config: The stack (checkpoint, chunk length, device, gate mode).
+            stage2_run: The actor's run folder or weights file; None: the embedded default
+                actor (`rpent_agents.stage2.DEFAULT_ACTOR_DIR`).
+        """
         vla = VLAPolicy(env, config.checkpoint, config.chunk_len, config.feature_device)
-        learner_config = Stage2Config(
-            chunk_len=config.chunk_len,
-            device=config.feature_device,
-            replay_capacity=1,  # acting only: no replay
-            sample_window=1,
-        )
-        learner = Stage2Learner(learner_config, RLTDims.from_observation_space(vla.space))
-        load_weights(learner, stage2_run)
-        return cls(vla, learner, config.make_gate(), model=f"rpent-stage2-actor:{stage2_run}")
+        dims = RLTDims.from_observation_space(vla.space)
+        device = resolve_device(config.feature_device)
+        actor = load_actor(stage2_run, dims, config.chunk_len, device)
+        model = f"rpent-stage2-actor:{stage2_run or DEFAULT_ACTOR_DIR}"
+        return cls(vla, actor, config.make_gate(), model=model)
 
     def reset(self) -> None:
         """Close the gate (or open it at once with `trigger_mode="always_on"`)."""
@@ -179,7 +199,7 @@ class ActorPolicy:
         features = self.vla.features(observation, instruction)
         if not self.critical:
             return self.vla.reference(features)
-        flat_chunk = self.actor.act(features, deterministic=True)[0]
+        flat_chunk = self.actor.act(features)[0]
         return ChunkDecision("actor", self.model, flat_chunk.reshape(self.vla.chunk_len, -1))
 
     def observe(self, result: ChunkResult) -> None:
@@ -214,7 +234,7 @@ class ExpertPolicy:
         return None
 
     def decide(self, observation: Mapping[str, Any], instruction: str) -> ChunkDecision:  # noqa: D102
-        return ChunkDecision("vla", self.model, state_step_policy(self.expert.act))
+        return ChunkDecision("expert", self.model, state_step_policy(self.expert.act))
 
     def observe(self, result: ChunkResult) -> None:  # noqa: D102
         return None

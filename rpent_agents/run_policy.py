@@ -1,5 +1,7 @@
 """`rpent-run`: run a policy on a registered env for given seeds, optionally recording it.
 
+    rpent-run --policy actor --seeds 8 29 45 --record-trajectory --output-dir runs/first \
+        --video runs/first/episodes.mp4
     rpent-run --policy vla --seeds 0 1 2 --record-trajectory --output-dir runs/vla
     rpent-run --policy actor --stage2-run runs/rlt_peg/run --seeds $(seq 0 99) --output-dir O
     rpent-run --env RPent/Libero-v0 --env-kwargs '{"suite": "libero_goal", "task_id": 8}' \
@@ -14,8 +16,14 @@ inside that call, and the label of the chunk's actions (source, call id, predict
 `rpent-flywheel` exports the VLA chunks of successful episodes under its default rules, and
 the actor's chunks with `--include-sources actor`.
 
-The success summary (the env's verdict `info["success"]` at each episode's end) is printed as
-JSON and written to `O/run_summary.json` with every episode's seed, verdict, steps and chunks.
+`--policy actor` without `--stage2-run` drives with the embedded default actor
+(`rpent_agents.stage2.DEFAULT_ACTOR_DIR`). `--video PATH` writes one MP4 of all episodes, both
+cameras side by side, each frame marked with who drove its chunk (`rpent_agents.run_video`).
+
+Each episode's outcome is logged as it ends (seed, verdict, steps, chunks by driver: vla,
+actor, expert); the success summary (the env's verdict `info["success"]` at each episode's end)
+is printed as JSON and written to `O/run_summary.json` with every episode's seed, verdict, steps
+and chunks.
 """
 
 from __future__ import annotations
@@ -30,12 +38,15 @@ from typing import Any, Literal
 import gymnasium as gym
 import tyro
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 import rpent_envs
 from recorders.record_format import write_json_atomic
 from rpent_agents.rlt_envs import PegRLTConfig
 from rpent_agents.run_episodes import EpisodeOutcome, run_episodes
 from rpent_agents.run_policies import ActorPolicy, ChunkPolicy, ExpertPolicy, VLAPolicy
+from rpent_agents.run_video import EpisodeVideo
+from rpent_agents.stage2 import DEFAULT_ACTOR_DIR
 from wrappers.record import RecordTrajectory
 from wrappers.triggers import TriggerMode
 
@@ -62,7 +73,8 @@ class RunArgs:
     checkpoint: Path | None = None
     """Stage 1 checkpoint folder of the VLA (vla, actor); None: the embedded default."""
     stage2_run: Path | None = None
-    """Stage 2 run folder or weights.pt of the actor (actor only)."""
+    """Stage 2 run folder or weights.pt of the actor (actor only); None: the embedded default
+    actor (rpent_agents/stage2/default_actor)."""
     chunk_len: int = 10
     """Steps executed per chunk (at most the checkpoint's reference chunk)."""
     trigger_mode: TriggerMode = "auto"
@@ -75,6 +87,10 @@ class RunArgs:
     """Record every episode with RecordTrajectory under output_dir/trajectories/."""
     output_dir: Path | None = None
     """Run folder of the records and run_summary.json (needed with --record-trajectory)."""
+    video: Path | None = None
+    """Write an MP4 of all episodes here: base and wrist camera side by side, a border coloured
+    by who drove each chunk (grey VLA, orange actor, blue expert), each episode's last frame
+    held for a second in green (success) or red (failure). Renders every step."""
     robot: str | None = None
     """Robot name in the records; None: the env's (panda for peg and LIBERO, franka)."""
     num_workers: int = 1
@@ -91,6 +107,7 @@ class RunSummary:
     policy: str
     checkpoint: Path | None
     stage2_run: Path | None
+    video: Path | None = None
     episodes: list[EpisodeOutcome] = field(default_factory=list)
 
     @property
@@ -107,6 +124,7 @@ class RunSummary:
             "policy": self.policy,
             "checkpoint": str(self.checkpoint) if self.checkpoint else None,
             "stage2_run": str(self.stage2_run) if self.stage2_run else None,
+            "video": str(self.video) if self.video else None,
             "episodes": len(self.episodes),
             "successes": len(successful),
             "success_rate": len(successful) / len(self.episodes) if self.episodes else None,
@@ -134,16 +152,20 @@ def check_args(args: RunArgs) -> dict[str, Any]:
         raise ValueError(f"--seeds {args.seeds}: give distinct seeds, at least one")
     if args.record_trajectory and args.output_dir is None:
         raise ValueError("--record-trajectory needs --output-dir (the run folder)")
-    if (args.policy == "actor") != (args.stage2_run is not None):
-        raise ValueError("--policy actor needs --stage2-run, which no other policy reads")
+    if args.stage2_run is not None and args.policy != "actor":
+        raise ValueError("--stage2-run is read by --policy actor only")
     if args.policy == "actor" and args.env != rpent_envs.PEG_INSERTION_ID:
         raise ValueError(
             f"--policy actor runs on the peg RLT stack: use --env {rpent_envs.PEG_INSERTION_ID}"
         )
     if args.policy == "expert" and args.checkpoint is not None:
         raise ValueError("--checkpoint is read by --policy vla and actor, not expert")
+    if args.video is not None and args.num_workers > 1:
+        raise ValueError("--video is written by one process: use --num-workers 1")
     if args.output_dir is not None and (args.output_dir / SUMMARY_FILE).exists():
         raise FileExistsError(f"{args.output_dir / SUMMARY_FILE} exists; choose a new --output-dir")
+    if args.video is not None and args.video.exists():
+        raise FileExistsError(f"--video {args.video} exists; choose a new path")
     return env_kwargs
 
 
@@ -172,6 +194,8 @@ def open_run(args: RunArgs, env: gym.Env | None = None) -> tuple[gym.Env, ChunkP
     if env is None:
         env_kwargs = json.loads(args.env_kwargs)
         env = gym.make(args.env, max_episode_steps=args.max_episode_steps, **env_kwargs)
+    if args.video is not None:
+        env = EpisodeVideo(env, args.video)
     if args.record_trajectory:
         robot = args.robot or ROBOTS.get(args.env)
         planner = {"kind": "rpent-run", "policy": args.policy}
@@ -201,13 +225,19 @@ def run_policy(args: RunArgs, env: gym.Env | None = None) -> RunSummary:
     env_kwargs = check_args(args)
     if env is not None and args.num_workers > 1:
         raise ValueError("an env object runs in this process only: use num_workers=1")
-    summary = RunSummary(args.env, env_kwargs, args.policy, args.checkpoint, args.stage2_run)
+    stage2_run = args.stage2_run or (DEFAULT_ACTOR_DIR if args.policy == "actor" else None)
+    summary = RunSummary(
+        args.env, env_kwargs, args.policy, args.checkpoint, stage2_run, video=args.video
+    )
     opener = functools.partial(open_run, args, env)
     episodes = run_episodes(opener, args.seeds, args.chunk_len, args.num_workers)
     with tqdm(episodes, total=len(args.seeds), desc=f"{args.policy} episodes") as progress:
         for outcome in progress:
             summary.episodes.append(outcome)
             progress.set_postfix(successes=len(summary.successful_seeds))
+            logger.info(outcome.line())
+    if args.video is not None:
+        logger.info("video of the %d episodes: %s", len(summary.episodes), args.video)
     if args.output_dir is not None:
         args.output_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(args.output_dir / SUMMARY_FILE, summary.to_json())
@@ -219,7 +249,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = tyro.cli(RunArgs)
     try:
-        summary = run_policy(args)
+        with logging_redirect_tqdm():
+            summary = run_policy(args)
     except (FileExistsError, FileNotFoundError, ValueError) as error:
         raise SystemExit(f"rpent-run: {error}") from error
     print(json.dumps(summary.to_json(with_episodes=False), indent=2))

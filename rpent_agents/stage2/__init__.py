@@ -10,9 +10,17 @@ Example:
     False
 """
 
-from rpent_agents.stage2.checkpoint import load_weights, resume_run, save_run, save_weights
+from rpent_agents.stage2.checkpoint import (
+    DEFAULT_ACTOR_DIR,
+    TrainedActor,
+    load_actor,
+    load_weights,
+    resume_run,
+    save_run,
+    save_weights,
+)
 from rpent_agents.stage2.config import Stage2Config
-from rpent_agents.stage2.learner import Stage2Learner
+from rpent_agents.stage2.learner import Stage2Learner, act_chunks
 from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
 from rpent_agents.stage2.replay import ReplayBuffer, RLTBatch, RLTTransition
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats
@@ -21,6 +29,7 @@ from rpent_agents.stage2.schedules import UpdateSchedule, actor_loss_weights
 from rpent_agents.stage2.transitions import build_transition, vector_step_items
 
 __all__ = [
+    "DEFAULT_ACTOR_DIR",
     "Actor",
     "ChunkStats",
     "EpisodeStats",
@@ -32,10 +41,13 @@ __all__ = [
     "ScalarLog",
     "Stage2Config",
     "Stage2Learner",
+    "TrainedActor",
     "TwinQCritic",
     "UpdateSchedule",
+    "act_chunks",
     "actor_loss_weights",
     "build_transition",
+    "load_actor",
     "load_weights",
     "resume_run",
     "save_run",

@@ -3,11 +3,16 @@
 A run folder holds everything a resumed run needs to continue where it stopped:
 `stage2_config.json`, `learner_state.pt` (networks, target critic, optimizers, update counter,
 schedule, random states and the caller's `extra` counters), `replay.npz` (the replay buffer) and
-`weights.pt` (the actor and critic alone, loadable with `load_weights`), plus any files the
-caller adds (`rpent-stage2` adds its results). A save replaces all of them as one set
-(`rpent_agents.atomic_save`: staging folder, fsync, rename): a process killed at any moment
-leaves the previous save or the new one, never a mix and never no folder, and `resume_run`
-(like every later save) first finishes a save that was committed before the kill.
+`weights.pt` (the actor and critic alone, loadable with `load_weights`, or the actor alone with
+`load_actor`), plus any files the caller adds (`rpent-stage2` adds its results). A save
+replaces all of them as one set (`rpent_agents.atomic_save`: staging folder, fsync, rename): a
+process killed at any moment leaves the previous save or the new one, never a mix and never no
+folder, and `resume_run` (like every later save) first finishes a save that was committed
+before the kill.
+
+The package embeds one actor to act with when none is given, `DEFAULT_ACTOR_DIR`
+(`rpent_agents/stage2/default_actor/`: `weights.pt` and `results.json`, its success on the
+held-out seeds and how it was trained; its `README.md` says how to replace it).
 
 Example:
     >>> learner = Stage2Learner(Stage2Config(device="cpu"), RLTDims(16, 9, 10, 8))
@@ -22,22 +27,27 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 import torch
 
 from rpent_agents.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.stage2.config import Stage2Config
-from rpent_agents.stage2.learner import Stage2Learner
-from rpent_agents.stage2.networks import RLTDims
+from rpent_agents.stage2.learner import Stage2Learner, act_chunks
+from rpent_agents.stage2.networks import Actor, RLTDims, TwinQCritic
 
 CONFIG_FILE = "stage2_config.json"
 STATE_FILE = "learner_state.pt"
 REPLAY_FILE = "replay.npz"
 WEIGHTS_FILE = "weights.pt"
 WEIGHTS_FORMAT = "rpent-stage2-weights-v1"
+DEFAULT_ACTOR_DIR = Path(__file__).parent / "default_actor"
+"""The embedded Stage 2 actor (trained on the embedded Stage 1 checkpoint): a folder with
+`weights.pt` (as `save_weights` writes it) and `results.json`."""
 
 
 def _random_states(learner: Stage2Learner) -> dict[str, Any]:
@@ -153,9 +163,45 @@ def save_weights(learner: Stage2Learner, path: Path) -> None:
             "chunk_len": learner.config.chunk_len,
             "actor": learner.actor.state_dict(),
             "critic": learner.critic.state_dict(),
+            "eval_q_filter": learner.config.eval_q_filter,
         },
         path,
     )
+
+
+def read_weights(path: Path) -> tuple[Path, dict[str, Any]]:
+    """The weights file of `path` (a weights file or a folder holding `weights.pt`), read.
+
+    Raises:
+        FileNotFoundError: When there is no such file.
+        ValueError: When the file is not a Stage 2 weights file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        complete_interrupted_save(path)
+        path = path / WEIGHTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no Stage 2 weights file; give a run folder or weights.pt")
+    weights = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(weights, dict) or weights.get("format") != WEIGHTS_FORMAT:
+        raise ValueError(f"{path} is not a Stage 2 weights file (written by save_weights)")
+    return path, weights
+
+
+def check_weights_fit(
+    path: Path, weights: dict[str, Any], dims: RLTDims, chunk_len: int, user: str
+) -> None:
+    """Refuse weights saved for other observation sizes or another chunk length.
+
+    Raises:
+        ValueError: Naming both sizes.
+    """
+    saved = (RLTDims(**weights["dims"]), weights["chunk_len"])
+    if saved != (dims, chunk_len):
+        raise ValueError(
+            f"{path} holds networks for dims {saved[0]} and chunk_len {saved[1]}; {user} "
+            f"has {dims} and chunk_len {chunk_len}"
+        )
 
 
 def load_weights(learner: Stage2Learner, path: Path) -> None:
@@ -164,19 +210,72 @@ def load_weights(learner: Stage2Learner, path: Path) -> None:
     Raises:
         ValueError: When the file is not a Stage 2 weights file or its sizes differ.
     """
-    path = Path(path)
-    if path.is_dir():
-        complete_interrupted_save(path)
-        path = path / WEIGHTS_FILE
-    weights = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(weights, dict) or weights.get("format") != WEIGHTS_FORMAT:
-        raise ValueError(f"{path} is not a Stage 2 weights file (written by save_weights)")
-    saved = (RLTDims(**weights["dims"]), weights["chunk_len"])
-    if saved != (learner.dims, learner.config.chunk_len):
-        raise ValueError(
-            f"{path} holds networks for dims {saved[0]} and chunk_len {saved[1]}; this learner "
-            f"has {learner.dims} and chunk_len {learner.config.chunk_len}"
-        )
+    path, weights = read_weights(path)
+    check_weights_fit(path, weights, learner.dims, learner.config.chunk_len, "this learner")
     learner.actor.load_state_dict(weights["actor"])
     learner.critic.load_state_dict(weights["critic"])
     learner.target_critic.load_state_dict(learner.critic.state_dict())
+
+
+class TrainedActor(NamedTuple):
+    """A trained Stage 2 actor to act with, and the critic that filters its chunks.
+
+    Attributes:
+        actor: The actor, in evaluation mode.
+        q_filter: The run's critic when it evaluated with `eval_q_filter` (the reference's
+            chunk wherever the critic values it higher), else None.
+    """
+
+    actor: Actor
+    q_filter: TwinQCritic | None
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Flat mean chunks (B, H*A) for batched RLT observations, filtered as the run was."""
+        return act_chunks(self.actor, obs, deterministic=True, q_filter=self.q_filter)
+
+
+def load_actor(
+    path: Path | None, dims: RLTDims, chunk_len: int, device: str | torch.device = "cpu"
+) -> TrainedActor:
+    """The actor of a weights file or run folder (and its Q filter), to act with.
+
+    No learner is built (no optimizer or replay buffer; the critic only when the run
+    evaluated through it); the layer sizes are read from the saved tensors. Act with its mean
+    chunk: `load_actor(...).act(obs)`.
+
+    Args:
+        path: A weights file or a folder holding `weights.pt`; None: the embedded actor
+            (`DEFAULT_ACTOR_DIR`).
+        dims: The observation sizes of the RLT stack it acts on.
+        chunk_len: The stack's chunk length H.
+        device: Where to put it.
+
+    Raises:
+        FileNotFoundError: When `path` holds no weights file.
+        ValueError: When the file is not a Stage 2 weights file or was saved for other sizes.
+    """
+    path, weights = read_weights(path or DEFAULT_ACTOR_DIR)
+    check_weights_fit(path, weights, dims, chunk_len, "the RLT stack")
+    state = weights["actor"]
+    actor = Actor(
+        dims, chunk_len, state["backbone.0.weight"].shape[0], _linear_layers(state, "backbone.")
+    )
+    actor.load_state_dict(state)
+    q_filter = None
+    if weights.get("eval_q_filter", False):  # files saved before the filter: False
+        critic_state = weights["critic"]
+        heads = len({key.split(".")[1] for key in critic_state})
+        hidden = critic_state["heads.0.0.weight"].shape[0]
+        hidden_layers = _linear_layers(critic_state, "heads.0.") - 1  # the output layer
+        q_filter = TwinQCritic(dims, chunk_len, hidden, hidden_layers, heads)
+        q_filter.load_state_dict(critic_state)
+        q_filter = q_filter.to(device).eval().requires_grad_(False)
+    return TrainedActor(actor.to(device).eval().requires_grad_(False), q_filter)
+
+
+def _linear_layers(state: Mapping[str, torch.Tensor], prefix: str) -> int:
+    """Linear layers of a saved MLP: the 2-D weights under `prefix` (LayerNorms are 1-D)."""
+    return sum(
+        1 for key, tensor in state.items()
+        if key.startswith(prefix) and key.endswith(".weight") and tensor.ndim == 2
+    )  # fmt: skip

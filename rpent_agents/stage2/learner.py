@@ -66,6 +66,46 @@ def obs_to_tensors(obs: Mapping[str, np.ndarray], device: torch.device) -> RLTOb
     return RLTObs(tensor("z_rl"), tensor("proprio"), tensor("ref_chunk"))
 
 
+@torch.no_grad()
+def act_chunks(
+    actor: Actor,
+    obs: Mapping[str, np.ndarray],
+    deterministic: bool = True,
+    generator: torch.Generator | None = None,
+    q_filter: TwinQCritic | None = None,
+) -> np.ndarray:
+    """Flat action chunks (B, H*A) of `actor` for batched RLT observations (numpy).
+
+    Args:
+        actor: The actor (on any device).
+        obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
+        deterministic: Use the mean (evaluation) instead of adding the fixed noise.
+        generator: Random source of the noise (the default generator when None).
+        q_filter: A critic that replaces the actor's chunk by the reference's wherever it
+            values the reference's higher (`q_filtered`); None: the actor's chunks.
+    """
+    device = next(actor.parameters()).device
+    rlt_obs = obs_to_tensors(obs, device)
+    chunk = actor(rlt_obs, deterministic=deterministic, generator=generator)
+    if q_filter is not None:
+        chunk = q_filtered(q_filter, rlt_obs, chunk)
+    return chunk.flatten(1).cpu().numpy()
+
+
+@torch.no_grad()
+def q_filtered(critic: TwinQCritic, obs: RLTObs, actor_chunk: torch.Tensor) -> torch.Tensor:
+    """Per sample, the actor's chunk (B, H, A) or the reference's, whichever is valued higher.
+
+    The critic's minimum over its heads values both; ties keep the actor's chunk
+    (`Stage2Config.eval_q_filter`): the actor changes only what the critic expects it to
+    improve.
+    """
+    ref_chunk = obs.ref_chunk[:, : actor_chunk.shape[1]].clamp(-1.0, 1.0)
+    q_actor = critic(obs, actor_chunk).min(dim=-1).values
+    q_ref = critic(obs, ref_chunk).min(dim=-1).values
+    return torch.where((q_actor >= q_ref)[:, None, None], actor_chunk, ref_chunk)
+
+
 class Stage2Learner:
     """Actor, twin-Q critic, target critic, optimizers, replay buffer and update counters.
 
@@ -124,23 +164,8 @@ class Stage2Learner:
             obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
             deterministic: Use the mean (evaluation) instead of adding the fixed noise.
         """
-        rlt_obs = obs_to_tensors(obs, self.device)
-        chunk = self.actor(rlt_obs, deterministic=deterministic, generator=self.noise_generator)
-        if deterministic and self.config.eval_q_filter:
-            chunk = self.q_filtered(rlt_obs, chunk)
-        return chunk.flatten(1).cpu().numpy()
-
-    @torch.no_grad()
-    def q_filtered(self, obs: RLTObs, actor_chunk: torch.Tensor) -> torch.Tensor:
-        """Per sample, the actor's chunk (B, H, A) or the reference's, whichever is valued higher.
-
-        The critic's minimum over its heads values both; ties keep the actor's chunk
-        (`Stage2Config.eval_q_filter`).
-        """
-        ref_chunk = obs.ref_chunk[:, : actor_chunk.shape[1]].clamp(-1.0, 1.0)
-        q_actor = self.critic(obs, actor_chunk).min(dim=-1).values
-        q_ref = self.critic(obs, ref_chunk).min(dim=-1).values
-        return torch.where((q_actor >= q_ref)[:, None, None], actor_chunk, ref_chunk)
+        q_filter = self.critic if deterministic and self.config.eval_q_filter else None
+        return act_chunks(self.actor, obs, deterministic, self.noise_generator, q_filter)
 
     @torch.no_grad()
     def q_value(self, transition: RLTTransition) -> float:

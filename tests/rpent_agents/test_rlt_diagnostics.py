@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from rpent_agents.rlt_diagnostics import ChunkEnd, EpisodeTrace, diagnosis, stall_summary
+from rpent_agents.stage2 import DEFAULT_ACTOR_DIR
 from wrappers.takeover import ExpertTakeover
 
 RADIUS = 0.04
@@ -46,21 +47,41 @@ def test_stall_summary_says_which_takeover_condition_fails():
     assert stall_summary([], reference_takeover()) == {"chunks": 0}
 
 
-def test_cli_writes_a_report_and_a_plot(tmp_path):
+def run_cli(tmp_path, *options):
     command = [
         sys.executable, "-m", "rpent_agents.rlt_diagnostics", "--output-dir", str(tmp_path),
-        "--num-envs", "2", "--num-episodes", "2", "--env.render-backend", "cpu",
-        "--env.feature-device", "cpu", "--env.max-episode-chunks", "2",
+        "--env.render-backend", "cpu", "--env.feature-device", "cpu",
+        "--env.max-episode-chunks", "2", *options,
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads((tmp_path / "report.json").read_text())
+    return result, json.loads((tmp_path / "report.json").read_text())
+
+
+def test_cli_evaluates_the_embedded_actor_without_a_stage2_run(tmp_path):
+    _, report = run_cli(
+        tmp_path, "--policy", "actor", "--env.trigger-mode", "always_on", "--num-envs", "1",
+        "--num-episodes", "1",
+    )  # fmt: skip
+    assert (report["policy"], report["stage2_run"]) == ("actor", str(DEFAULT_ACTOR_DIR))
+    assert [chunk["critical"] for chunk in report["traces"][0]["chunks"]] == [True, True]
+
+
+def test_cli_writes_a_report_and_a_plot(tmp_path):
+    result, report = run_cli(tmp_path, "--num-envs", "2", "--num-episodes", "2")
     assert report["policy"] == "base" and report["seeds"] == [0, 1]
+    assert report["stage2_run"] is None
     assert [trace["seed"] for trace in report["traces"]] == [0, 1]
     assert all(len(trace["chunks"]) == 2 for trace in report["traces"])
     assert report["diagnosis"]["episodes"] == 2
     assert (tmp_path / "stalls.png").stat().st_size > 1000
     assert "success" in result.stdout
+
+
+def test_cli_refuses_an_actor_for_the_base_policy(tmp_path):
+    command = [sys.executable, "-m", "rpent_agents.rlt_diagnostics", "--stage2-run", "w.pt"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode != 0 and "read by --policy actor only" in result.stderr
 
 
 @pytest.mark.parametrize("flag", ["--num-episodes", "--num-envs"])

@@ -183,8 +183,8 @@ def test_an_env_that_does_not_fit_the_checkpoint_is_refused(peg_checkpoint, tmp_
     ("overrides", "message"),
     [
         (dict(record_trajectory=True), "--record-trajectory needs --output-dir"),
-        (dict(policy="actor"), "--policy actor needs --stage2-run"),
-        (dict(stage2_run="w.pt"), "--policy actor needs --stage2-run, which no other"),
+        (dict(stage2_run="w.pt"), "--stage2-run is read by --policy actor only"),
+        (dict(video="v.mp4", num_workers=2), "--video is written by one process"),
         (dict(policy="actor", stage2_run="w.pt", env=rpent_envs.LIBERO_ID), "peg RLT stack"),
         (dict(policy="expert", checkpoint="c"), "--checkpoint is read by --policy vla"),
         (dict(seeds=[1, 1]), "give distinct seeds"),
@@ -197,10 +197,12 @@ def test_options_that_do_not_fit_are_refused(overrides, message):
         check_args(RunArgs(**{"seeds": [0], **overrides}))
 
 
-def test_an_output_folder_with_a_summary_is_refused(tmp_path):
+def test_an_output_folder_with_a_summary_or_an_existing_video_is_refused(tmp_path):
     (tmp_path / SUMMARY_FILE).write_text("{}")
     with pytest.raises(FileExistsError, match="choose a new --output-dir"):
         check_args(RunArgs(seeds=[0], output_dir=tmp_path))
+    with pytest.raises(FileExistsError, match="--video .* exists; choose a new path"):
+        check_args(RunArgs(seeds=[0], video=tmp_path / SUMMARY_FILE))
 
 
 def test_the_cli_runs_the_libero_expert_as_the_vla_stand_in(tmp_path):
