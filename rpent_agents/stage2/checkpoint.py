@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-
 import torch
 
 from rpent_agents.atomic_save import complete_interrupted_save, staged_save
