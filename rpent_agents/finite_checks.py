@@ -39,8 +39,19 @@ def first_non_finite(values: Any) -> tuple[int, ...] | None:
     return tuple(int(axis) for axis in np.unravel_index(np.argmin(finite), array.shape))
 
 
-def _entry(values: Any, index: tuple[int, ...]) -> float:
-    return float(values[index])
+def first_non_finite_entry(named_values: Mapping[str, Any]) -> tuple[str, list[int], float] | None:
+    """The first NaN or inf among named arrays or tensors: (name, index, value), or None.
+
+    Example:
+        >>> first_non_finite_entry({"a": np.zeros(2), "b": np.array([1.0, np.nan])})
+        ('b', [1], nan)
+    """
+    for name, values in named_values.items():
+        index = first_non_finite(values)
+        if index is not None:
+            entry = values[index] if isinstance(values, torch.Tensor) else np.asarray(values)[index]
+            return name, list(index), float(entry)
+    return None
 
 
 def require_finite_observations(observations: Sequence[Mapping[str, Any]]) -> None:
@@ -50,14 +61,13 @@ def require_finite_observations(observations: Sequence[Mapping[str, Any]]) -> No
         ValueError: Naming the observation's index in the batch, the key and the entry.
     """
     for index, observation in enumerate(observations):
-        for key, value in observation.items():
-            bad = first_non_finite(value)
-            if bad is not None:
-                raise ValueError(
-                    f"observation {index}: {key!r} holds {_entry(np.asarray(value), bad)} at "
-                    f"{list(bad)}; refused: a feature model featurizes finite values only "
-                    "(check the env's or the robot's readings)"
-                )
+        found = first_non_finite_entry(observation)
+        if found is not None:
+            key, entry, value = found
+            raise ValueError(
+                f"observation {index}: {key!r} holds {value} at {entry}; refused: a feature "
+                "model featurizes finite values only (check the env's or the robot's readings)"
+            )
 
 
 def require_finite_outputs(outputs: Mapping[str, Any], source: str) -> None:
@@ -70,14 +80,14 @@ def require_finite_outputs(outputs: Mapping[str, Any], source: str) -> None:
     Raises:
         ValueError: Naming the output and the observation's index.
     """
-    for name, values in outputs.items():
-        bad = first_non_finite(values)
-        if bad is not None:
-            raise ValueError(
-                f"{source} output {name!r} of observation {bad[0]} holds "
-                f"{_entry(values, bad)}; refused: the feature model is broken (a damaged "
-                "checkpoint, fp16 overflow): check its checkpoint and precision"
-            )
+    found = first_non_finite_entry(outputs)
+    if found is not None:
+        name, entry, value = found
+        raise ValueError(
+            f"{source} output {name!r} of observation {entry[0]} holds {value}; refused: the "
+            "feature model is broken (a damaged checkpoint, fp16 overflow): check its "
+            "checkpoint and precision"
+        )
 
 
 def require_finite_tensors(
@@ -97,10 +107,7 @@ def require_finite_tensors(
     Raises:
         ValueError: (or `error`) Naming the tensor and its first non-finite entry.
     """
-    for name, tensor in tensors.items():
-        bad = first_non_finite(tensor)
-        if bad is not None:
-            raise error(
-                f"{where}: tensor {name!r} holds {_entry(tensor, bad)} at {list(bad)}; "
-                f"refused: {fix}"
-            )
+    found = first_non_finite_entry(tensors)
+    if found is not None:
+        name, entry, value = found
+        raise error(f"{where}: tensor {name!r} holds {value} at {entry}; refused: {fix}")
