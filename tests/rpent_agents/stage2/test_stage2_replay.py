@@ -15,6 +15,7 @@ from rpent_agents.stage2 import (
     build_transition,
     vector_step_items,
 )
+from rpent_envs.state_checks import INVALID_STATE_KEY
 
 
 def _info(**overrides):
@@ -69,6 +70,12 @@ def test_done_follows_termination_and_optionally_truncation(
         rlt_obs(0.0), rlt_obs(1.0), _info(), terminated, truncated, 2, truncation_ends_bootstrap
     )
     assert item.done is done
+
+
+def test_a_chunk_ended_by_a_non_finite_state_is_done_even_when_truncation_bootstraps():
+    info = _info(**{INVALID_STATE_KEY: "state[0]=nan"})
+    item = build_transition(rlt_obs(0.0), rlt_obs(1.0), info, False, True, 2, False)
+    assert item.done
 
 
 def test_missing_or_inconsistent_chunk_info_is_reported():
