@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ class EvalPoint:
         wall_time_s: Run wall time before the evaluation (all resumed parts together).
         successful_seeds: The evaluation seeds that succeeded.
         median_success_len: Median simulator steps of the successful episodes (None: none).
+        critical_phase_median_steps: Median critical-phase steps of the successful episodes
+            (`EvalResult.critical_phase_median_steps`; None: none).
     """
 
     env_steps: int
@@ -43,6 +46,7 @@ class EvalPoint:
     wall_time_s: float
     successful_seeds: list[int]
     median_success_len: float | None = None
+    critical_phase_median_steps: float | None = None
 
 
 @dataclass
@@ -54,12 +58,18 @@ class LearningResults:
         base_success_rate: Base policy success rate (None until measured).
         base_successful_seeds: The seeds the base policy solved.
         base_median_success_len: Median simulator steps of the base policy's successes.
+        base_critical_phase_median_steps: Median critical-phase steps of the base policy's
+            successes (the figure the actor's `critical_phase_median_steps` is compared to).
         evals: Evaluations of the actor, in training order.
         env_steps: Training simulator steps so far.
         eval_env_steps: Simulator steps spent in evaluations (base included).
         transitions: Replay transitions stored so far.
         updates: Learner updates so far.
         wall_time_s: Wall time so far (all resumed parts together).
+        train_env_steps_per_s: Training env steps/s of each logging interval
+            (`train/env_steps_per_s`; evaluations excluded).
+        loop_profile: Where the training loop's time went (`LoopProfile.summary()`; of the
+            latest command when the run was resumed).
         stop_reason: Why the run stopped ("" while it runs).
         args: The run's arguments.
     """
@@ -68,12 +78,15 @@ class LearningResults:
     base_success_rate: float | None = None
     base_successful_seeds: list[int] = field(default_factory=list)
     base_median_success_len: float | None = None
+    base_critical_phase_median_steps: float | None = None
     evals: list[EvalPoint] = field(default_factory=list)
     env_steps: int = 0
     eval_env_steps: int = 0
     transitions: int = 0
     updates: int = 0
     wall_time_s: float = 0.0
+    train_env_steps_per_s: list[float] = field(default_factory=list)
+    loop_profile: dict[str, Any] = field(default_factory=dict)
     stop_reason: str = ""
     args: dict[str, Any] = field(default_factory=dict)
 
@@ -93,11 +106,25 @@ class LearningResults:
             return None
         return 100.0 * (self.final_success_rate - self.base_success_rate)
 
+    @property
+    def critical_phase_median_steps(self) -> float | None:
+        """Median critical-phase steps of the latest evaluation's successes (None: none)."""
+        return self.evals[-1].critical_phase_median_steps if self.evals else None
+
+    @property
+    def train_env_steps_per_s_median(self) -> float | None:
+        """Median training env steps/s over the logging intervals (None before the first)."""
+        if not self.train_env_steps_per_s:
+            return None
+        return float(statistics.median(self.train_env_steps_per_s))
+
     def to_dict(self) -> dict[str, Any]:
-        """The fields plus the derived `final_success_rate` and `gain_points`."""
+        """The fields plus the derived figures (final success, gain, critical phase, speed)."""
         return dataclasses.asdict(self) | {
             "final_success_rate": self.final_success_rate,
             "gain_points": self.gain_points,
+            "critical_phase_median_steps": self.critical_phase_median_steps,
+            "train_env_steps_per_s_median": self.train_env_steps_per_s_median,
         }
 
     def save(self, path: Path) -> None:

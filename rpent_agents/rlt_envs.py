@@ -57,13 +57,27 @@ class PegRLTConfig:
     render_backend: RenderBackend = "auto"
     """SAPIEN render device of the peg env ("auto": gpu with CUDA, else cpu); physics: CPU."""
     trigger_mode: TriggerMode = "auto"
-    """AutoGate mode; "always_on" hands every chunk to the agent (smoke tests)."""
+    """AutoGate mode: "auto", the critical phase near the hole (the RLT recipe); "always_on"
+    hands every chunk to the agent, so it also drives the grasp (the whole-episode preset of
+    `rpent-stage2`)."""
+    missed_grasp_chunks: int | None = None
+    """With trigger_mode "auto": also hand control to the agent after this many chunks in a
+    row without the peg held (a missed or lost grasp: the reference keeps every approach that
+    works); None: the critical phase near the hole alone (the RLT recipe)."""
     expert_takeover: bool = False
     """Let the scripted expert take over stalled critical phases (training only)."""
     takeover_window: Literal["critical-phase", "reference"] = "critical-phase"
     """Which stalls the expert takes over: any in the critical phase, or only those inside
     the reference's window (x >= -0.10 m, |y|, |z| <= 2 hole radii, grasped), which misses
     most stalls of this task (bench/RESULTS.md, issue 13 diagnosis)."""
+    reconfiguration_freq: int = 1
+    """Resets per scene of the peg env: 1 builds a new scene (new peg and box sizes) at every
+    reset; k > 1 keeps it for k resets, which makes resets several times cheaper (sizes still
+    vary every k episodes; seeded evaluations rebuild every scene: `reset_envs`)."""
+    ungrasped_chunks_before_takeover: int = 3
+    """With takeover_window "critical-phase": chunks in a row ending with the peg not held
+    (dropped, or not yet grasped when the agent drives from the start) after which the expert
+    takes over."""
     max_episode_chunks: int | None = None
     """Truncate episodes after this many chunks (steps of the composite env); None: the peg
     env's 500-step limit alone."""
@@ -91,12 +105,15 @@ class PegRLTConfig:
             obs_mode="rgb",
             image_size=self.vla_config()["image_size"],
             render_backend=self.render_backend,
+            reconfiguration_freq=self.reconfiguration_freq,
             **kwargs,
         )
 
     def make_gate(self) -> AutoGate:
         """The critical-phase gate of the stack."""
-        return AutoGate(trigger_mode=self.trigger_mode)
+        return AutoGate(
+            trigger_mode=self.trigger_mode, missed_grasp_chunks=self.missed_grasp_chunks
+        )
 
     def make_takeover(self, peg_env: gym.Env) -> ExpertTakeover | None:
         """The stalled-progress expert takeover on `peg_env`, or None when switched off."""
@@ -107,7 +124,9 @@ class PegRLTConfig:
         expert = PegInsertionExpert(peg_env)
         if self.takeover_window == "reference":
             return ExpertTakeover(expert)
-        return ExpertTakeover.whole_critical_phase(expert)
+        return ExpertTakeover.whole_critical_phase(
+            expert, ungrasped_chunks_before_takeover=self.ungrasped_chunks_before_takeover
+        )
 
     def limit_chunks(self, env: gym.Env) -> gym.Env:
         """`env` under the chunk limit (unchanged when there is none)."""

@@ -2,10 +2,15 @@
 
 The workers of `rpent_agents.rlt_vector.make_rlt_vector_env` evaluate between training
 phases: each env runs the next held-out seed when its episode ends, until every seed has run
-once (envs left without a seed run throwaway episodes meanwhile). The expert takeover is off;
-`actor_ready=False` measures the base policy (reference chunks only), `actor_ready=True` the
-actor's chunks in the critical phase (the VLA reference outside it). An optional observer sees
-every chunk of every evaluated episode (`rpent_agents.rlt_diagnostics` builds its traces so).
+once (envs left without a seed run throwaway episodes meanwhile). Each env is sent, with its
+chunk, the seed it starts next if the chunk ends its episode, so a worker resets itself at
+once and no env waits for another's reset (which rebuilds the scene: ~0.4 s). Every
+evaluated episode rebuilds its scene from its seed, so a seed gives the same peg, box and
+poses whether or not the workers keep their scenes across training resets. The expert
+takeover is off; `actor_ready=False` measures the base policy (reference chunks only),
+`actor_ready=True` the actor's chunks where the gate hands it control (the VLA reference
+elsewhere). An optional observer sees every chunk of every evaluated episode
+(`rpent_agents.rlt_diagnostics` builds its traces so).
 
 Example:
     >>> result = evaluate_on_seeds(envs, range(100), act=lambda obs: learner.act(obs, True),
@@ -25,10 +30,12 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from rpent_agents.rlt_vector import discarded_envs, reset_envs
+from rpent_agents.rlt_vector import MAX_SEED, discarded_envs, reset_envs
 from rpent_agents.stage2.rollout_stats import EpisodeStats
 from rpent_agents.stage2.transitions import info_of_env
 
+THROWAWAY_SEED = MAX_SEED
+"""Seed of the episodes an env runs, unscored, once no held-out seed is left for it."""
 ChunkPolicy = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 """Batched RLT observations -> flat action chunks (N, H*A)."""
 ChunkObserver = Callable[[int, Mapping[str, Any], bool], None]
@@ -42,6 +49,8 @@ class EvalResult:
     Attributes:
         success_by_seed: Whether the episode of each seed succeeded (at any step).
         length_by_seed: Simulator steps of the episode of each seed.
+        critical_steps_by_seed: Simulator steps of each seed's episode inside the critical
+            phase (the chunks decided after the reference `AutoGate` opened).
         env_steps: Simulator steps of the evaluated episodes.
         wall_time_s: Wall-clock time of the whole evaluation.
         scalars: `eval/success_once` and `eval/episode_len` (means over the episodes).
@@ -49,6 +58,7 @@ class EvalResult:
 
     success_by_seed: dict[int, bool]
     length_by_seed: dict[int, int]
+    critical_steps_by_seed: dict[int, int]
     env_steps: int
     wall_time_s: float
     scalars: dict[str, float]
@@ -68,6 +78,17 @@ class EvalResult:
         """Median length (simulator steps) of the successful episodes; None without any."""
         lengths = [self.length_by_seed[seed] for seed in self.successful_seeds]
         return float(np.median(lengths)) if lengths else None
+
+    @property
+    def critical_phase_median_steps(self) -> float | None:
+        """Median critical-phase steps of the successful episodes that entered the phase.
+
+        None without any. This is where a critical-phase actor acts: the RLT recipe expects
+        it to get faster there than the base policy.
+        """
+        steps = [self.critical_steps_by_seed[seed] for seed in self.successful_seeds]
+        steps = [count for count in steps if count > 0]
+        return float(np.median(steps)) if steps else None
 
 
 def evaluate_on_seeds(
@@ -99,17 +120,21 @@ def evaluate_on_seeds(
         raise ValueError(f"seeds must be distinct and not empty, got {list(pending)}")
     envs.set_attr("actor_ready", actor_ready)
     envs.set_attr("expert_takeover_enabled", False)
+    envs.set_attr("rebuild_scenes", True)
     seed_of_env: list[int | None] = [
         pending.popleft() if pending else None for _ in range(envs.num_envs)
     ]
-    obs, _ = reset_envs(envs, np.ones(envs.num_envs, bool), seed_of_env)
+    reset_seeds = [THROWAWAY_SEED if seed is None else seed for seed in seed_of_env]
+    obs, _ = reset_envs(envs, np.ones(envs.num_envs, bool), reset_seeds, rebuild_scenes=True)
     stats = EpisodeStats(envs.num_envs, prefix="eval")
     success_by_seed: dict[int, bool] = {}
     length_by_seed: dict[int, int] = {}
+    critical_steps_by_seed: dict[int, int] = {}
     env_steps = 0
     with tqdm(total=num_seeds, desc=progress_label, leave=False) as progress:
         while len(success_by_seed) < num_seeds:
-            obs, _, terminated, truncated, infos = envs.step(act(obs))
+            next_seeds = _next_seed_offers(pending, envs.num_envs)
+            obs, _, terminated, truncated, infos = envs.step(act(obs), next_seeds)
             done = terminated | truncated
             discarded = discarded_envs(infos, envs.num_envs)
             for env_index, seed in enumerate(seed_of_env):
@@ -124,28 +149,33 @@ def evaluate_on_seeds(
                 if observer is not None:
                     observer(seed, info, bool(done[env_index]))
                 if done[env_index]:
-                    success_by_seed[seed], length_by_seed[seed] = stats.finished[-1]
+                    episode = stats.finished[-1]
+                    success_by_seed[seed], length_by_seed[seed] = episode[:2]
+                    critical_steps_by_seed[seed] = episode.critical_steps
                     progress.update()
-            if done.any():
-                obs = _start_next_seeds(envs, done, seed_of_env, pending, stats)
+            _take_next_seeds(done & ~discarded, next_seeds, seed_of_env, pending)
+    wall_time_s = time.monotonic() - started_s
     return EvalResult(
-        success_by_seed, length_by_seed, env_steps, time.monotonic() - started_s, stats.scalars()
-    )
+        success_by_seed, length_by_seed, critical_steps_by_seed, env_steps, wall_time_s,
+        stats.scalars(),
+    )  # fmt: skip
 
 
-def _start_next_seeds(
-    envs: gym.vector.VectorEnv,
-    done: np.ndarray,
-    seed_of_env: list[int | None],
-    pending: deque[int],
-    stats: EpisodeStats,
-) -> dict[str, np.ndarray]:
-    """Reset the finished envs with the next pending seeds (None: a throwaway episode)."""
-    new_seeds = []
-    for env_index in np.flatnonzero(done):
-        seed_of_env[env_index] = pending.popleft() if pending else None
-        new_seeds.append(seed_of_env[env_index])
-    obs, infos = reset_envs(envs, done, new_seeds)
-    for env_index in np.flatnonzero(discarded_envs(infos, envs.num_envs)):
-        stats.abandon(env_index)  # an unfinished episode lost with its worker: it runs again
-    return obs
+def _next_seed_offers(pending: deque[int], num_envs: int) -> list[int]:
+    """One distinct seed per env, started if its chunk ends its episode.
+
+    The pending seeds in order, then throwaway episodes (`THROWAWAY_SEED`) once none is left.
+    """
+    offers = list(pending)[:num_envs]
+    return offers + [THROWAWAY_SEED] * (num_envs - len(offers))
+
+
+def _take_next_seeds(
+    ended: np.ndarray, offers: list[int], seed_of_env: list[int | None], pending: deque[int]
+) -> None:
+    """The envs whose episode ended started their offered seed: take those off `pending`."""
+    for env_index in np.flatnonzero(ended):
+        seed = offers[env_index]
+        seed_of_env[env_index] = None if seed == THROWAWAY_SEED else seed
+        if seed != THROWAWAY_SEED:
+            pending.remove(seed)

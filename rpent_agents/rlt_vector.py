@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from rpent_agents.rlt_envs import PegRLTConfig
 from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTFeatureSource, rlt_observation_space, rlt_observations
 from wrappers.takeover import ExpertTakeover
+from wrappers.triggers import AutoGate
 
 # Per-step infos stay in the worker: the trainer needs the chunk-level keys only, and every
 # step's info would be pickled through the pipe once per chunk.
@@ -89,7 +91,15 @@ class RLTWorker(gym.Wrapper):
     many rows are real (`unpad_chunk_info` cuts them back). `step_infos` is dropped.
 
     `expert_takeover_enabled` switches the stalled-progress expert on or off from the next
-    reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below.
+    reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below;
+    `rebuild_scenes` makes the worker's own resets rebuild the scene from their seed
+    (evaluation turns it on, so a held-out seed alone defines its episode).
+
+    Two more info keys measure the run: `critical_phase` (the chunk was decided inside the
+    critical phase as the reference `AutoGate` defines it, whatever gate the switch uses, so
+    runs with different gates count the same steps) and the worker's seconds,
+    `worker_chunk_s` (simulating the chunk) and `worker_reset_s` (starting the next episode
+    inside the step; 0 when none started).
 
     Example:
         >>> worker = RLTWorkerFactory(PegRLTConfig(render_backend="cpu", expert_takeover=True))()
@@ -117,9 +127,11 @@ class RLTWorker(gym.Wrapper):
         """
         super().__init__(env)
         self.switch = _find_policy_switch(env)
+        self.phase_gate = AutoGate()
         self.reference = reference
         self.takeover = takeover
         self.expert_takeover_enabled = takeover is not None
+        self.rebuild_scenes = False
         self.chunk_len, self.action_dim = self.switch.horizon, self.switch.action_dim
         step_space = self.switch.env.action_space
         ref_shape = (ref_chunk_len, self.action_dim)
@@ -153,25 +165,34 @@ class RLTWorker(gym.Wrapper):
         """Start an episode (applying `expert_takeover_enabled`); infos padded."""
         self.switch.expert_takeover = self.takeover if self._takeover_wanted else None
         self.reference.chunk = None
+        self.phase_gate.reset()
         obs, info = self.env.reset(seed=seed, options=options or None)
-        return obs, self._fixed_shape(info)
+        return obs, self._fixed_shape(info, critical_phase=False)
 
     def step(
         self, action: dict[str, np.ndarray]
     ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
         """Execute one chunk (the driver's); infos padded."""
         self.reference.chunk = np.asarray(action["ref_chunk"], dtype=np.float32)
+        started_s = time.perf_counter()
+        critical_phase = self.phase_gate.active
         obs, reward, terminated, truncated, info = self.env.step(action["actor"])
-        info = self._fixed_shape(info)
+        self.phase_gate.update(info["step_infos"])
+        info = self._fixed_shape(info, critical_phase)
+        info["worker_chunk_s"], info["worker_reset_s"] = time.perf_counter() - started_s, 0.0
         reset_seed = int(action.get("reset_seed", NO_RESET_SEED))
         if (terminated or truncated) and reset_seed != NO_RESET_SEED:
             info["final_obs"] = obs
-            obs, reset_info = self.reset(seed=reset_seed)
+            reset_started_s = time.perf_counter()
+            options = {"reconfigure": True} if self.rebuild_scenes else None
+            obs, reset_info = self.reset(seed=reset_seed, options=options)
+            info["worker_reset_s"] = time.perf_counter() - reset_started_s
             info[INSTRUCTION_KEY] = reset_info.get(INSTRUCTION_KEY, info.get(INSTRUCTION_KEY))
         return obs, reward, terminated, truncated, info
 
-    def _fixed_shape(self, info: dict[str, Any]) -> dict[str, Any]:
+    def _fixed_shape(self, info: dict[str, Any], critical_phase: bool) -> dict[str, Any]:
         info = {key: value for key, value in info.items() if key not in _DROPPED_INFO_KEYS}
+        info["critical_phase"] = critical_phase
         executed = np.asarray(info["executed_action"], np.float32).reshape(-1, self.action_dim)
         rewards = np.asarray(info.get("chunk_rewards", ()), np.float32)  # none after a reset
         info["chunk_len"] = len(executed)
@@ -265,6 +286,8 @@ class FeaturizedVectorEnv(VectorWrapper):
         self.single_action_space = env.single_action_space["actor"]
         self.action_space = batch_space(self.single_action_space, env.num_envs)
         self.instructions = [""] * env.num_envs
+        self.last_featurize_s = 0.0
+        """Seconds the last `step_wait` spent featurizing (after the workers answered)."""
         self.observations: dict[str, np.ndarray] = {
             key: np.zeros((env.num_envs, *space.shape), np.float32)
             for key, space in self.single_observation_space.spaces.items()
@@ -301,6 +324,7 @@ class FeaturizedVectorEnv(VectorWrapper):
     def step_wait(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
         """Wait for the workers' chunks; featurize every new and every final observation."""
         raw, rewards, terminated, truncated, infos = self.env.step_wait()
+        featurize_started_s = time.perf_counter()
         final_mask = np.asarray(infos.get("_final_obs", np.zeros(self.num_envs, bool)), bool)
         final_raw = infos.get("final_obs")
         if final_mask.any():
@@ -315,6 +339,7 @@ class FeaturizedVectorEnv(VectorWrapper):
             for key, values in finals.items():
                 infos["final_obs"][key][final_mask] = values
         self._featurize(raw, infos, np.arange(self.num_envs))
+        self.last_featurize_s = time.perf_counter() - featurize_started_s
         return self._copy_observations(), rewards, terminated, truncated, infos
 
     def step(
@@ -384,9 +409,20 @@ def discarded_envs(infos: dict[str, Any], num_envs: int) -> np.ndarray:
 
 
 def reset_envs(
-    envs: gym.vector.VectorEnv, mask: np.ndarray, seeds: Sequence[int | None]
+    envs: gym.vector.VectorEnv,
+    mask: np.ndarray,
+    seeds: Sequence[int | None],
+    rebuild_scenes: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Reset the envs where `mask` is True with `seeds` (one per reset env, in env order).
+
+    Args:
+        envs: The vector env.
+        mask: (N,) bool, the envs to reset.
+        seeds: One reset seed per env of `mask`.
+        rebuild_scenes: Rebuild each reset env's scene from its seed (ManiSkill's
+            `reconfigure`), so that the seed alone defines the episode even where the env
+            keeps its scene across resets (`PegRLTConfig.reconfiguration_freq`).
 
     Returns:
         The batched observations (the new first observations where reset, the current ones
@@ -399,4 +435,7 @@ def reset_envs(
     seed_of_env: list[int | None] = [None] * envs.num_envs
     for env_index, seed in zip(np.flatnonzero(mask), seeds, strict=True):
         seed_of_env[env_index] = seed
-    return envs.reset(seed=seed_of_env, options={"reset_mask": mask})
+    options: dict[str, Any] = {"reset_mask": mask}
+    if rebuild_scenes:
+        options["reconfigure"] = True
+    return envs.reset(seed=seed_of_env, options=options)

@@ -59,7 +59,11 @@ class ExpertTakeover:
     first eligible chunk records the best progress; every later one makes progress when its
     head x beats the best by `min_x_progress_m`, its yz distance sqrt(y^2 + z^2) by
     `min_yz_progress_m`, or its score x - `progress_yz_weight` x yz by `min_score_progress_m`.
-    A chunk that is not eligible restarts the count. Once latched, the expert drives until
+    A chunk that is not eligible restarts the count. With `ungrasped_chunks_before_takeover`
+    set, an eligible chunk that ends with the peg not held (grasped for fewer than
+    `min_grasp_steps` steps) is judged by that deadline instead of by progress (a peg lying on
+    the table does not move while the gripper approaches it): that many ungrasped chunks in a
+    row latch the expert (a missed grasp, a dropped peg). Once latched, the expert drives until
     success or the episode ends.
 
     Example:
@@ -81,6 +85,7 @@ class ExpertTakeover:
         progress_yz_weight: float = 1.0,
         require_grasp: bool = True,
         min_grasp_steps: int = 5,
+        ungrasped_chunks_before_takeover: int | None = None,
     ) -> None:
         """Configure the takeover.
 
@@ -98,6 +103,8 @@ class ExpertTakeover:
             progress_yz_weight: Weight of the yz distance in the score.
             require_grasp: Eligible only while the peg is held.
             min_grasp_steps: Consecutive grasped steps that count as held.
+            ungrasped_chunks_before_takeover: Consecutive eligible chunks ending with the peg
+                not held that latch the expert (None: held or not, progress decides).
         """
         self.step_policy: StepPolicy = as_step_policy(expert)
         self.near_hole_x_min = near_hole_x_min
@@ -109,6 +116,7 @@ class ExpertTakeover:
         self.progress_yz_weight = progress_yz_weight
         self.require_grasp = require_grasp
         self.min_grasp_steps = min_grasp_steps
+        self.ungrasped_chunks_before_takeover = ungrasped_chunks_before_takeover
         self.grasp_streak = GraspStreak()
         self.reset()
 
@@ -118,9 +126,16 @@ class ExpertTakeover:
 
         The reference window (x >= -0.10 m in the hole frame, |y|, |z| <= 2 radii, grasped)
         misses most stalls of peg insertion: for boxes longer than 0.10 m the face of the box
-        lies below -0.10 m, and a jammed or dropped peg drifts out of the y/z margin.
+        lies below -0.10 m, and a jammed or dropped peg drifts out of the y/z margin. A peg
+        not held is judged by `ungrasped_chunks_before_takeover` (default 3 chunks): a
+        dropped peg, or a missed grasp when the phase starts before the grasp.
         """
-        window = {"near_hole_x_min": None, "near_hole_yz_margin": None, "require_grasp": False}
+        window = {
+            "near_hole_x_min": None,
+            "near_hole_yz_margin": None,
+            "require_grasp": False,
+            "ungrasped_chunks_before_takeover": 3,
+        }
         return cls(expert, **(window | kwargs))
 
     def reset(self) -> None:
@@ -128,6 +143,7 @@ class ExpertTakeover:
         self.grasp_streak.reset()
         self.active = False
         self.stalled_chunks = 0
+        self.ungrasped_chunks = 0
         self.best: ProgressRecord | None = None
 
     def update(self, step_infos: Sequence[Mapping[str, Any]], in_critical_phase: bool) -> bool:
@@ -143,8 +159,17 @@ class ExpertTakeover:
             return True
         self.active = False
         if not self._eligible(signals, grasp_steps, in_critical_phase):
-            self.stalled_chunks, self.best = 0, None
+            self.stalled_chunks, self.best, self.ungrasped_chunks = 0, None, 0
             return False
+        deadline = self.ungrasped_chunks_before_takeover
+        if deadline is not None and grasp_steps < self.min_grasp_steps:
+            self.stalled_chunks, self.best = 0, None  # progress restarts at the next grasp
+            self.ungrasped_chunks += 1
+            self.active = self.ungrasped_chunks >= deadline
+            if self.active:
+                logger.info("peg not held for %d chunks: the expert takes over", deadline)
+            return self.active
+        self.ungrasped_chunks = 0
         progress = self._progress_of(signals)
         if self.best is None:
             self.best, self.stalled_chunks = progress, 0

@@ -107,6 +107,15 @@ class Stage2Config:
     max_updates_per_train_step: int = 400
     """Most updates one train step runs (0: no limit)."""
 
+    intervention_batch_share: float = 0.0
+    """Share of every batch drawn from the transitions with an intervened step (a human or
+    expert drove), as RLPD and HIL-SERL sample demonstration data; the rest, and all of it
+    while no such transition is stored, uniformly from the window. 0: uniform (reference)."""
+    eval_q_filter: bool = False
+    """When acting deterministically (evaluation, deployment), run the reference chunk instead
+    of the actor's wherever the critic (min over heads) values the reference's higher: the
+    actor then changes only what the critic expects it to improve. Off in the reference."""
+
     replay_capacity: int = 50000
     """Transitions the replay buffer keeps (oldest overwritten)."""
     sample_window: int = 50000
@@ -148,6 +157,11 @@ class Stage2Config:
             )
         if self.q_scale_floor <= 0:
             raise ValueError(f"Stage2Config.q_scale_floor must be > 0, got {self.q_scale_floor}")
+        if not 0.0 <= self.intervention_batch_share < 1.0:
+            raise ValueError(
+                "Stage2Config.intervention_batch_share must lie in [0, 1), "
+                f"got {self.intervention_batch_share}"
+            )
         if self.sample_window < 1:
             raise ValueError(f"Stage2Config.sample_window must be >= 1, got {self.sample_window}")
 

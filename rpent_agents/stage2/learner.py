@@ -133,12 +133,23 @@ class Stage2Learner:
             obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
             deterministic: Use the mean (evaluation) instead of adding the fixed noise.
         """
-        chunk = self.actor(
-            obs_to_tensors(obs, self.device),
-            deterministic=deterministic,
-            generator=self.noise_generator,
-        )
+        rlt_obs = obs_to_tensors(obs, self.device)
+        chunk = self.actor(rlt_obs, deterministic=deterministic, generator=self.noise_generator)
+        if deterministic and self.config.eval_q_filter:
+            chunk = self.q_filtered(rlt_obs, chunk)
         return chunk.flatten(1).cpu().numpy()
+
+    @torch.no_grad()
+    def q_filtered(self, obs: RLTObs, actor_chunk: torch.Tensor) -> torch.Tensor:
+        """Per sample, the actor's chunk (B, H, A) or the reference's, whichever is valued higher.
+
+        The critic's minimum over its heads values both; ties keep the actor's chunk
+        (`Stage2Config.eval_q_filter`).
+        """
+        ref_chunk = obs.ref_chunk[:, : actor_chunk.shape[1]].clamp(-1.0, 1.0)
+        q_actor = self.critic(obs, actor_chunk).min(dim=-1).values
+        q_ref = self.critic(obs, ref_chunk).min(dim=-1).values
+        return torch.where((q_actor >= q_ref)[:, None, None], actor_chunk, ref_chunk)
 
     @torch.no_grad()
     def q_value(self, transition: RLTTransition) -> float:
@@ -207,7 +218,11 @@ class Stage2Learner:
         sums: dict[str, torch.Tensor] = {}
         first_update = self.update_step
         for _ in range(num_updates):
-            batch = self.replay.sample(self.config.batch_size, self.sample_generator)
+            batch = self.replay.sample(
+                self.config.batch_size,
+                self.sample_generator,
+                intervention_share=self.config.intervention_batch_share,
+            )
             for name, value in self.update(batch.to(self.device)).items():
                 sums[name] = sums[name] + value if name in sums else value
         actor_updates = self._actor_updates_between(first_update, self.update_step)

@@ -144,6 +144,9 @@ class ReplayBuffer:
         self.size = 0
         self.total_added = 0
         self.refused_non_finite = 0
+        self.intervened_host = np.zeros(capacity, bool)
+        """Which slots hold a transition with an intervened step (host copy for sampling)."""
+        self._intervened_cache: tuple[tuple[int, int], torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return self.size
@@ -173,13 +176,26 @@ class ReplayBuffer:
             self.storage[name][self.next_index] = torch.tensor(
                 value, dtype=_field_dtype(name), device=self.device
             )
+        self.intervened_host[self.next_index] = bool(values["intervened"].any())
         self.next_index = (self.next_index + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
         self.total_added += 1
         return True
 
-    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> RLTBatch:
-        """Draw `batch_size` transitions uniformly from the most recent `sample_window` ones.
+    def sample(
+        self,
+        batch_size: int,
+        generator: torch.Generator | None = None,
+        intervention_share: float = 0.0,
+    ) -> RLTBatch:
+        """Draw `batch_size` transitions from the most recent `sample_window` ones.
+
+        Args:
+            batch_size: Transitions in the batch.
+            generator: Random source of the draw.
+            intervention_share: Share of the batch drawn uniformly from the window's
+                transitions with an intervened step (none stored: all uniform); the rest is
+                drawn uniformly from the whole window.
 
         Raises:
             RuntimeError: When the buffer is empty.
@@ -189,6 +205,9 @@ class ReplayBuffer:
         window = min(self.size, self.sample_window)
         age = torch.randint(window, (batch_size,), device=self.device, generator=generator)
         indices = (self.next_index - 1 - age) % self.capacity
+        from_interventions = int(round(intervention_share * batch_size))
+        if from_interventions > 0:
+            indices = self._with_interventions(indices, window, from_interventions, generator)
         picked = {name: values[indices] for name, values in self.storage.items()}
         return RLTBatch(
             obs=RLTObs(picked["z_rl"], picked["proprio"], picked["ref_chunk"]),
@@ -198,6 +217,33 @@ class ReplayBuffer:
             done=picked["done"],
             intervened=picked["intervened"],
         )
+
+    def _with_interventions(
+        self,
+        indices: torch.Tensor,
+        window: int,
+        count: int,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """`indices` with its first `count` replaced by draws among intervened transitions."""
+        intervened = self._intervened_slots(window)
+        if len(intervened) == 0:
+            return indices
+        picks = torch.randint(len(intervened), (count,), device=self.device, generator=generator)
+        return torch.cat([intervened[picks], indices[count:]])
+
+    def _intervened_slots(self, window: int) -> torch.Tensor:
+        """Slots of the window's intervened transitions, on the device.
+
+        Built on the host once per change of the buffer (adds come between train steps), so
+        drawing a batch reads nothing back from the device.
+        """
+        key = (self.total_added, window)
+        if self._intervened_cache is None or self._intervened_cache[0] != key:
+            window_slots = (self.next_index - 1 - np.arange(window)) % self.capacity
+            slots = window_slots[self.intervened_host[window_slots]]
+            self._intervened_cache = (key, torch.as_tensor(slots, device=self.device))
+        return self._intervened_cache[1]
 
     def rewarded_share(self) -> float:
         """Share of the stored transitions whose chunk earned any reward."""
@@ -248,3 +294,7 @@ class ReplayBuffer:
             self.size, self.next_index = count, count % self.capacity
             self.total_added = int(data["total_added"])
             self.refused_non_finite = int(data.get("refused_non_finite", 0))
+            self.intervened_host[:] = False
+            newest_intervened = data["intervened"][len(data["intervened"]) - count :]
+            self.intervened_host[:count] = np.asarray(newest_intervened).any(axis=-1)
+            self._intervened_cache = None

@@ -12,7 +12,7 @@ chunks end). All read the RLT env's per-chunk info (`record_transition`, `actor_
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -74,6 +74,18 @@ class ChunkStats:
         return scalars
 
 
+class FinishedEpisode(NamedTuple):
+    """One finished episode: success at any step, simulator steps, critical-phase steps.
+
+    `critical_steps` counts the steps of the chunks decided inside the critical phase (the
+    worker's `critical_phase` info key, else `record_transition`).
+    """
+
+    success: bool
+    length_steps: int
+    critical_steps: int
+
+
 class EpisodeStats:
     """Per-env success-once and length of running episodes, averaged over finished ones.
 
@@ -88,29 +100,38 @@ class EpisodeStats:
         self.prefix = prefix
         self.success_once = np.zeros(num_envs, bool)
         self.length_steps = np.zeros(num_envs, int)
-        self.finished: list[tuple[bool, int]] = []
+        self.critical_steps = np.zeros(num_envs, int)
+        self.finished: list[FinishedEpisode] = []
 
     def record(self, env_index: int, info: Mapping[str, Any], done: bool) -> None:
         """Add one chunk of env `env_index`; `done` closes its episode."""
+        steps = int(info.get("chunk_len", 1))
         self.success_once[env_index] |= _flag(info, "success")
-        self.length_steps[env_index] += int(info.get("chunk_len", 1))
+        self.length_steps[env_index] += steps
+        if _flag(info, "critical_phase" if "critical_phase" in info else "record_transition"):
+            self.critical_steps[env_index] += steps
         if done:
             self.finished.append(
-                (bool(self.success_once[env_index]), int(self.length_steps[env_index]))
+                FinishedEpisode(
+                    bool(self.success_once[env_index]),
+                    int(self.length_steps[env_index]),
+                    int(self.critical_steps[env_index]),
+                )
             )
-            self.success_once[env_index] = False
-            self.length_steps[env_index] = 0
+            self.abandon(env_index)
 
     def abandon(self, env_index: int) -> None:
         """Forget the running episode of env `env_index` (it never finishes)."""
         self.success_once[env_index] = False
         self.length_steps[env_index] = 0
+        self.critical_steps[env_index] = 0
 
     def scalars(self) -> dict[str, float]:
         """Means over the episodes finished since the last call ({} when none)."""
         if not self.finished:
             return {}
-        successes, lengths = zip(*self.finished, strict=True)
+        successes = [episode.success for episode in self.finished]
+        lengths = [episode.length_steps for episode in self.finished]
         self.finished = []
         return {
             f"{self.prefix}/success_once": float(np.mean(successes)),

@@ -62,8 +62,20 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     within 20 deg of the closing direction), `peg_head_pos_at_hole` (float32 (3,), peg head in
     the hole frame, x along the hole axis, 0 at the box centre), `hole_radius` (float, m),
     `hole_entry_x` (float, m: the hole-frame x of the box face where the hole begins),
-    `task` (the instruction) and `episode_seed` (int, the seed that replays the episode); with
-    `obs_mode="rgb"` also `images_rendered` (bool).
+    `task` (the instruction), `episode_seed` (int, the seed of the episode's poses) and
+    `scene_seed` (int, the seed the scene, i.e. peg and box sizes, was built from: the episode
+    seed itself unless the scene is kept across resets); with `obs_mode="rgb"` also
+    `images_rendered` (bool).
+
+    Scene reuse: rebuilding the SAPIEN scene is most of a reset's cost. With
+    `reconfiguration_freq=k` the scene (and so the peg and box sizes) is rebuilt at every k-th
+    reset only, from that reset's seed; the resets in between draw new poses on the kept scene.
+    Sizes still vary over a run, as the task defines, every k episodes. A reset with
+    `options={"reconfigure": True}` always rebuilds, so the seed alone defines that episode
+    (evaluations on held-out seeds do this), and so does an env's first reset. An episode
+    replays exactly on an env of the same `reconfiguration_freq` from
+    `reset(seed=scene_seed, options={"reconfigure": True})` followed, when the two seeds
+    differ, by `reset(seed=episode_seed)`.
 
     Rendering on demand (`rpent_envs.image_demand`): a chunk executor may mark steps whose
     images it does not read; such steps skip both cameras and return zero images
@@ -87,6 +99,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         render_backend: RenderBackend = "auto",
         show_wrist_mount: bool = False,
         base_camera_view: BaseCameraView = "side",
+        reconfiguration_freq: int = 1,
     ) -> None:
         """Build the ManiSkill scene (CPU physics).
 
@@ -99,6 +112,9 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             base_camera_view: Pose of the `image` camera: "side" (sees peg, box face and
                 gripper through the insertion) or "stock" (ManiSkill's, hidden by the arm
                 from the grasp on).
+            reconfiguration_freq: Resets per scene: 1 (stock) rebuilds the scene, with new
+                peg and box sizes, at every reset; k > 1 at every k-th reset (see the class
+                doc); `options={"reconfigure": True}` rebuilds at any reset.
         """
         if obs_mode not in ("rgb", "state"):
             raise ValueError(f"obs_mode={obs_mode!r}: use 'rgb' or 'state'")
@@ -106,6 +122,11 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             raise ValueError(f"image_size={image_size}: use at least 16 pixels")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r}: use None or 'rgb_array'")
+        if reconfiguration_freq < 1:
+            raise ValueError(
+                f"reconfiguration_freq={reconfiguration_freq}: use 1 (a new scene every reset) "
+                "or more (resets per scene)"
+            )
         from rpent_envs.maniskill.task import PegInsertionSideWideClearanceEnv
 
         self.obs_mode = obs_mode
@@ -121,6 +142,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             sensor_configs=dict(width=image_size, height=image_size),
             show_wrist_mount=show_wrist_mount,
             base_camera_view=base_camera_view,
+            reconfiguration_freq=reconfiguration_freq,
         )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
         spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)}
@@ -129,6 +151,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             spaces = {"image": image_space, "wrist_image": image_space, **spaces}
         self.observation_space = gym.spaces.Dict(spaces)
         self.episode_seed: int | None = None
+        self.scene_seed: int | None = None
         self.image_demand = ImageDemand(self.current_observation)
         self.image_size = image_size
         self._states = LastFiniteState("peg insertion env")
@@ -146,7 +169,11 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.episode_seed = (
             int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         )
+        if self.scene_seed is None:  # the scene built with the env came from no reset seed
+            options = {**(options or {}), "reconfigure": True}
         raw_obs, raw_info = self._sim.reset(seed=self.episode_seed, options=options)
+        if bool(raw_info["reconfigure"]):
+            self.scene_seed = self.episode_seed
         obs = self._observation(raw_obs)
         obs["state"] = self._states.start(obs["state"])
         return obs, self._info(raw_info)
@@ -234,4 +261,5 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             "hole_entry_x": float(_to_numpy(raw_info["hole_entry_x"])),
             "task": self.task_description,
             "episode_seed": self.episode_seed,
+            "scene_seed": self.scene_seed,
         }

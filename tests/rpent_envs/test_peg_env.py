@@ -224,3 +224,56 @@ def test_the_base_camera_view_is_a_choice_and_bad_views_are_refused():
     assert np.abs(images["side"].astype(int) - images["stock"].astype(int)).mean() > 10
     with pytest.raises(ValueError, match="base_camera_view='top'"):
         gym.make(rpent_envs.PEG_INSERTION_ID, base_camera_view="top")
+
+
+def peg_half_size(env):
+    return env.unwrapped.privileged_state()["peg_half_size"]
+
+
+def test_kept_scene_still_varies_peg_sizes_over_a_run():
+    env = gym.make(PEG_ID, obs_mode="state", reconfiguration_freq=3)
+    try:
+        sizes, scene_seeds = [], []
+        for seed in range(100, 106):
+            _, info = env.reset(seed=seed)
+            sizes.append(tuple(peg_half_size(env)))
+            scene_seeds.append(info["scene_seed"])
+        assert scene_seeds == [100, 100, 100, 103, 103, 103]  # rebuilt every 3rd reset
+        assert sizes[0] == sizes[1] == sizes[2] and sizes[3] == sizes[4] == sizes[5]
+        assert sizes[0] != sizes[3]  # a new scene draws new sizes
+        # A forced rebuild gives the seed's own episode, as a fresh env at every reset does.
+        obs, info = env.reset(seed=104, options={"reconfigure": True})
+        stock = gym.make(PEG_ID, obs_mode="state")
+        stock_obs, stock_info = stock.reset(seed=104)
+        assert info["scene_seed"] == stock_info["scene_seed"] == 104
+        assert tuple(peg_half_size(env)) == tuple(peg_half_size(stock))
+        np.testing.assert_array_equal(obs["state"], stock_obs["state"])
+        np.testing.assert_array_equal(
+            info["peg_head_pos_at_hole"], stock_info["peg_head_pos_at_hole"]
+        )
+        stock.close()
+    finally:
+        env.close()
+
+
+def test_kept_scene_episode_replays_from_its_two_seeds():
+    env = gym.make(PEG_ID, obs_mode="state", reconfiguration_freq=2)
+    try:
+        env.reset(seed=200)
+        _, kept = env.reset(seed=201)  # poses of seed 201 on the scene of seed 200
+        replay = gym.make(PEG_ID, obs_mode="state", reconfiguration_freq=2)
+        replay.reset(seed=kept["scene_seed"], options={"reconfigure": True})
+        _, replayed = replay.reset(seed=kept["episode_seed"])
+        assert kept["scene_seed"] == 200 and kept["episode_seed"] == 201
+        assert tuple(peg_half_size(env)) == tuple(peg_half_size(replay))
+        np.testing.assert_array_equal(
+            kept["peg_head_pos_at_hole"], replayed["peg_head_pos_at_hole"]
+        )
+        replay.close()
+    finally:
+        env.close()
+
+
+def test_reconfiguration_freq_must_be_positive():
+    with pytest.raises(ValueError, match="reconfiguration_freq=0"):
+        gym.make(PEG_ID, obs_mode="state", reconfiguration_freq=0)

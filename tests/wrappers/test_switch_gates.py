@@ -89,6 +89,27 @@ def test_always_on_gives_the_actor_every_chunk():
     assert gate.update(chunk(-0.5, grasped=False)) == SwitchUpdate(True)
 
 
+def test_the_missed_grasp_entry_opens_after_ungrasped_chunks_only():
+    gate = AutoGate(missed_grasp_chunks=4)
+    gate.reset()
+    on_table = chunk(-0.3, grasped=False)
+    assert [gate.update(on_table).active for _ in range(4)] == [False] * 3 + [True]
+    assert gate.update(chunk(-0.3)).active  # latched, as the critical phase is
+    held_early = AutoGate(missed_grasp_chunks=4)  # the reference grasped in time: closed
+    held_early.reset()
+    for grasped in (False, False, True, True, True, False, False, False):
+        assert not held_early.update(chunk(-0.3, grasped=grasped)).active
+    assert held_early.update(on_table) == SwitchUpdate(True, "enter_actor")  # dropped: 4 in a row
+    never = AutoGate()  # off by default
+    never.reset()
+    assert not any(never.update(on_table).active for _ in range(10))
+    solved = AutoGate(missed_grasp_chunks=1)
+    solved.reset()
+    assert not solved.update(chunk(0.0, grasped=False, success=True)).active
+    with pytest.raises(ValueError, match="missed_grasp_chunks=0"):
+        AutoGate(missed_grasp_chunks=0)
+
+
 def test_gate_names_missing_signals_and_bad_mode():
     gate = AutoGate()
     gate.reset()
@@ -222,3 +243,20 @@ def test_the_whole_critical_phase_takeover_fires_where_the_reference_window_does
         fired["whole"] |= whole.update(stall, True)
     assert fired == {"reference": False, "whole": True}
     assert not ExpertTakeover.whole_critical_phase(CountingExpert()).update(stall, False)
+
+
+def test_a_peg_not_yet_grasped_is_judged_by_the_grasp_deadline_not_by_progress():
+    # From the first chunk (the actor drives the whole episode) the peg lies still on the table
+    # while the gripper approaches: no progress, but no stall either until the deadline.
+    takeover = ExpertTakeover.whole_critical_phase(
+        CountingExpert(), ungrasped_chunks_before_takeover=5
+    )
+    on_table = chunk(-0.3, grasped=False)
+    assert [takeover.update(on_table, True) for _ in range(5)] == [False] * 4 + [True]
+    takeover.reset()
+    for _ in range(4):
+        assert not takeover.update(on_table, True)
+    for x in (-0.3, -0.3, -0.3):  # grasped: the deadline restarts, progress decides again
+        assert not takeover.update(chunk(x), True)
+    assert takeover.ungrasped_chunks == 0 and takeover.stalled_chunks == 2
+    assert takeover.update(chunk(-0.3), True)  # third grasped chunk without progress

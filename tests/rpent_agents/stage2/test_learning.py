@@ -33,11 +33,20 @@ def learner(**overrides):
     return Stage2Learner(config, task.DIMS)
 
 
-def trained_success(**overrides):
+def trained(**overrides):
     torch.set_num_threads(1)
     agent = learner(**overrides)
     task.train(agent, TRAIN_EPISODES, seed=1)
-    return task.success_rate(agent, EVAL_EPISODES, seed=7)
+    return agent
+
+
+def trained_success(**overrides):
+    return task.success_rate(trained(**overrides), EVAL_EPISODES, seed=7)
+
+
+@pytest.fixture(scope="module")
+def preset_agent():
+    return trained()
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +60,22 @@ def test_bc_alone_copies_the_biased_reference(reference_success):
     assert bc_only < reference_success + 0.1
 
 
-def test_bc_plus_q_corrects_the_reference(reference_success):
-    success = trained_success()
+def test_bc_plus_q_corrects_the_reference(reference_success, preset_agent):
+    success = task.success_rate(preset_agent, EVAL_EPISODES, seed=7)
     assert success >= LEARNED and success >= reference_success + 0.3
+
+
+def test_the_q_filter_keeps_what_the_actor_learned(preset_agent):
+    # The critic that taught the actor prefers its chunks where they are better: filtering
+    # the evaluation by it must keep the correction (it may only fix the actor's misses).
+    assert preset_agent.config.eval_q_filter  # the preset filters its evaluations
+    filtered = task.success_rate(preset_agent, EVAL_EPISODES, seed=7)
+    preset_agent.config.eval_q_filter = False
+    try:
+        unfiltered = task.success_rate(preset_agent, EVAL_EPISODES, seed=7)
+    finally:
+        preset_agent.config.eval_q_filter = True
+    assert filtered >= LEARNED and filtered >= unfiltered - 0.05
 
 
 def _bootstrap_sign_flipped(rewards, done, next_q_min, gamma, bootstrap_type="standard"):

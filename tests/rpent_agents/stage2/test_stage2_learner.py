@@ -134,6 +134,34 @@ def test_act_returns_flat_chunks_in_the_action_box():
     np.testing.assert_array_equal(learner.act(obs, True), learner.act(obs, True))
 
 
+class PreferringCritic(torch.nn.Module):
+    """Q = -|chunk - preferred|^2, one preferred chunk per sample (two equal heads)."""
+
+    def __init__(self, preferred):
+        super().__init__()
+        self.preferred = preferred
+
+    def forward(self, obs, chunk):
+        q = -((chunk - self.preferred) ** 2).flatten(1).sum(dim=-1, keepdim=True)
+        return torch.cat([q, q], dim=-1)
+
+
+def test_the_q_filter_runs_the_reference_where_the_critic_prefers_it():
+    learner = _learner()
+    obs = {"z_rl": np.ones((2, 4)), "proprio": np.ones((2, 2)),
+           "ref_chunk": np.full((2, 3, 2), 0.9, np.float32)}  # fmt: skip
+    actor_chunks = torch.as_tensor(learner.act(obs, deterministic=True)).reshape(2, CHUNK_LEN, 2)
+    learner.config.eval_q_filter = True
+    # Sample 0's critic prefers the reference's chunk, sample 1's the actor's.
+    preferred = torch.stack([torch.full((CHUNK_LEN, 2), 0.9), actor_chunks[1]])
+    learner.critic = PreferringCritic(preferred)
+    filtered = learner.act(obs, deterministic=True).reshape(2, CHUNK_LEN, 2)
+    np.testing.assert_allclose(filtered[0], 0.9)
+    np.testing.assert_allclose(filtered[1], actor_chunks[1].numpy())
+    noisy = learner.act(obs)  # training draws are never filtered
+    assert not np.allclose(noisy.reshape(2, CHUNK_LEN, 2)[0], 0.9)
+
+
 def _bandit_transition(rng, dims):
     """One-chunk episode: reward -|a - target|^2 with a reference biased away from the target."""
     z_rl = rng.uniform(-1, 1, dims.z_dim).astype(np.float32)

@@ -117,6 +117,29 @@ def test_ring_buffer_keeps_the_newest_and_samples_only_the_recent_window():
     assert batch.intervened.dtype == torch.bool
 
 
+def test_a_share_of_each_batch_comes_from_intervened_transitions(tmp_path):
+    buffer = ReplayBuffer(DIMS, CHUNK_LEN, capacity=40, sample_window=30)
+    for value in range(50):  # every 10th intervened; 0 and 10 fall out of the window
+        item = transition(float(value))
+        item.intervened[:] = value % 10 == 0
+        buffer.add(item)
+    generator = torch.Generator().manual_seed(0)
+    uniform = buffer.sample(1000, generator)
+    assert 0.0 < uniform.intervened.any(dim=-1).float().mean() < 0.1
+    batch = buffer.sample(1000, generator, intervention_share=0.5)
+    intervened = batch.intervened.any(dim=-1)
+    assert 0.5 <= intervened.float().mean() < 0.6  # half by design, plus the uniform draws
+    assert set(batch.obs.z_rl[intervened, 0].tolist()) == {20.0, 30.0, 40.0}
+    buffer.save(tmp_path / "replay.npz")  # the share survives a resume
+    restored = ReplayBuffer(DIMS, CHUNK_LEN, capacity=40, sample_window=30)
+    restored.load(tmp_path / "replay.npz")
+    again = restored.sample(1000, generator, intervention_share=0.5).intervened.any(dim=-1)
+    assert 0.5 <= again.float().mean() < 0.6
+    nothing_intervened = ReplayBuffer(DIMS, CHUNK_LEN, capacity=4)
+    nothing_intervened.add(transition(1.0))
+    assert nothing_intervened.sample(8, intervention_share=0.5).obs.z_rl.shape == (8, 4)
+
+
 def test_a_transition_of_the_wrong_shape_is_refused_and_nothing_is_stored():
     buffer = ReplayBuffer(DIMS, CHUNK_LEN, capacity=4)
     with pytest.raises(ValueError, match=r"RLTTransition.z_rl has shape \(5,\)"):

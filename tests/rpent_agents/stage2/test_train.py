@@ -107,6 +107,37 @@ def test_training_learns_lets_the_actor_drive_and_writes_results(first_run):
         output_dir / "results.json"
     ).read_bytes()  # saved with the learner; the copy next to run/ is the same
     assert "base 0." in result.stdout or "base 1." in result.stdout
+    # the speed and the profile of the training loop, readable without TensorBoard
+    assert results["train_env_steps_per_s_median"] > 0 and results["wall_time_s"] > 0
+    profile = results["loop_profile"]
+    assert profile["vector_steps"] == 10 and 0 < profile["worker_busy_share"] <= 1
+    assert profile["worker_max_busy_ms_per_step"] >= profile["worker_mean_busy_ms_per_step"] > 0
+    assert {"act_s", "learner_s", "wait_s", "featurize_s", "store_s"} <= set(profile)
+    assert "critical_phase_median_steps" in results
+    assert "base_critical_phase_median_steps" in results
+
+
+def test_the_grasp_rescue_preset_runs_with_kept_scenes(no_lerobot_site, tmp_path):
+    output_dir = tmp_path / "rescue"
+    path = os.pathsep.join([str(no_lerobot_site), os.environ.get("PYTHONPATH", "")])
+    tiny_run = [flag for flag in TINY_RUN if flag not in ("--env.trigger-mode", "always_on")]
+    command = [
+        sys.executable, "-m", "rpent_agents.stage2.train", "grasp-rescue", *tiny_run,
+        "--env.missed-grasp-chunks", "1", "--env.reconfiguration-freq", "2",
+        "--output-dir", str(output_dir), "--total-env-steps", "100",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path}
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    results = json.loads((output_dir / "results.json").read_text())
+    env, stage2 = results["args"]["env"], results["args"]["stage2"]
+    assert env["trigger_mode"] == "auto" and env["missed_grasp_chunks"] == 1
+    assert env["expert_takeover"] is True and env["reconfiguration_freq"] == 2
+    assert stage2["eval_q_filter"] is True and stage2["intervention_batch_share"] == 0.5
+    assert [point["env_steps"] for point in results["evals"]] == [100]
+    # no grasp in the first chunk of a random policy: the rescue hands the actor chunks
+    assert results["transitions"] > 0
 
 
 def test_the_example_resumes_the_run_with_expert_takeover(first_run, no_lerobot_site, tmp_path):

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU job (H200) of the learning and throughput issues: the raw state-only env steps/s of the
+# workers (the physics bound, bench/stage2_throughput.py --no-loop --raw-state-only), then one
+# full `rpent-stage2` run per argument, in turn: each argument is a preset and its extra flags
+# (16 workers, GPU rendering and features, 300k env steps, evaluations of 100 held-out seeds at
+# the start and every 100k). Uses /tmp/ckpt when the machine holds stage1_peg.sh's checkpoint,
+# else the embedded default. Carry .carry (first call of a lease).
+# $OUT (default /tmp/out) gets raw_state.json, and per run a folder N_PRESET/ with train.log,
+# results.json, success_curve.png, weights.pt and stage2.tfevents; $OUT/done when all ended.
+#   bash bench/device/stage2_presets.sh whole-episode \
+#     "sample-efficient --stage2.eval-q-filter --stage2.intervention-batch-share 0.5"
+# A job longer than one device command (10 min) runs detached (../shared/DEVICE.md):
+#   (OUT=/tmp/job setsid nohup bash bench/device/stage2_presets.sh ... > /tmp/job.log 2>&1 &)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+workers="${NUM_ENVS:-16}"
+out="${OUT:-/tmp/out}"
+mkdir -p "$out"
+source bench/device/gpu_env.sh
+checkpoint=$(stage1_checkpoint)
+if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
+  python3 bench/stage2_throughput.py --num-envs "$workers" --render-backend "$RENDER" \
+    --feature-device "$DEVICE" --checkpoint "$checkpoint" --raw-steps "${RAW_STEPS:-300}" \
+    --no-loop --raw-state-only 2> "$out/raw_state.err" > "$out/raw_state.json"
+  cat "$out/raw_state.json"
+fi
+index=0
+for spec in "$@"; do
+  index=$((index + 1))
+  read -r -a words <<< "$spec"
+  run_out="$out/${index}_${words[0]}"
+  run_dir="/tmp/rlt_runs/${index}_${words[0]}"
+  mkdir -p "$run_out"
+  echo "checkpoint: $checkpoint; rpent-stage2 $spec" > "$run_out/train.log"
+  started=$(date +%s)
+  python3 -m rpent_agents.stage2.train "${words[@]}" --output-dir "$run_dir" \
+    --env.checkpoint "$checkpoint" --env.render-backend "$RENDER" \
+    --env.feature-device "$DEVICE" --num-envs "$workers" \
+    --total-env-steps "${TOTAL_ENV_STEPS:-300000}" --eval-every-env-steps "${EVAL_EVERY:-100000}" \
+    --num-eval-episodes "${EVAL_SEEDS:-100}" 2>&1 | progress_free >> "$run_out/train.log"
+  echo "command wall time: $(($(date +%s) - started)) s" >> "$run_out/train.log"
+  cp "$run_dir/results.json" "$run_dir/success_curve.png" "$run_dir/run/weights.pt" "$run_out/"
+  cat "$run_dir"/tensorboard/events.* > "$run_out/stage2.tfevents"
+  tail -n 2 "$run_out/train.log"
+done
+touch "$out/done"

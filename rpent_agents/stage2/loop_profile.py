@@ -1,0 +1,76 @@
+"""Where a Stage 2 training loop spends its time: the profile written into results.json.
+
+One vector step of `rpent-stage2` is: the actor acts on every env's observation, the chunks go
+to the workers, the learner updates while they simulate, the loop waits for the slowest
+worker, the learner's process featurizes the observations that came back, and the chunks
+become transitions. `LoopProfile` adds up the seconds of each part over a run, and from the
+workers' own timings (`worker_chunk_s`, `worker_reset_s` in each env's info) how long the
+average and the slowest worker were busy: their ratio is the share of the synchronous step a
+worker spends waiting for the others.
+
+Example:
+    >>> profile = LoopProfile()
+    >>> profile.add_step({"act_s": 0.01, "learner_s": 0.05, "wait_s": 0.1},
+    ...                  {"worker_chunk_s": np.array([0.1, 0.3]),
+    ...                   "worker_reset_s": np.array([0.0, 0.2])})
+    >>> round(profile.summary()["worker_busy_share"], 2)
+    0.6
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+LOOP_PARTS = ("act_s", "learner_s", "wait_s", "featurize_s", "store_s")
+"""The loop's parts, each timed in the learner's process per vector step."""
+
+
+@dataclass
+class LoopProfile:
+    """Seconds of each loop part and of the workers, summed over vector steps.
+
+    Attributes:
+        vector_steps: Vector steps profiled.
+        part_s: Seconds in each of `LOOP_PARTS`.
+        worker_mean_busy_s: Sum over steps of the mean worker's chunk + reset seconds.
+        worker_max_busy_s: Sum over steps of the slowest worker's chunk + reset seconds.
+        worker_mean_reset_s: Sum over steps of the mean worker's reset seconds.
+    """
+
+    vector_steps: int = 0
+    part_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOOP_PARTS, 0.0))
+    worker_mean_busy_s: float = 0.0
+    worker_max_busy_s: float = 0.0
+    worker_mean_reset_s: float = 0.0
+
+    def add_step(self, part_s: Mapping[str, float], infos: Mapping[str, Any]) -> None:
+        """Add one vector step's part timings and the workers' timings from its infos."""
+        self.vector_steps += 1
+        for name, seconds in part_s.items():
+            self.part_s[name] += float(seconds)
+        if "worker_chunk_s" not in infos:  # e.g. a vector env of other workers
+            return
+        chunk_s = np.asarray(infos["worker_chunk_s"], np.float64)
+        reset_s = np.asarray(infos.get("worker_reset_s", np.zeros_like(chunk_s)), np.float64)
+        busy_s = chunk_s + reset_s
+        self.worker_mean_busy_s += float(busy_s.mean())
+        self.worker_max_busy_s += float(busy_s.max())
+        self.worker_mean_reset_s += float(reset_s.mean())
+
+    def summary(self) -> dict[str, float]:
+        """Totals, per-step means (ms) and the workers' busy share (mean / slowest worker)."""
+        summary: dict[str, float] = {"vector_steps": float(self.vector_steps)}
+        steps = max(self.vector_steps, 1)
+        for name, seconds in self.part_s.items():
+            summary[name] = seconds
+            summary[name.removesuffix("_s") + "_ms_per_step"] = 1000.0 * seconds / steps
+        summary["worker_mean_busy_ms_per_step"] = 1000.0 * self.worker_mean_busy_s / steps
+        summary["worker_max_busy_ms_per_step"] = 1000.0 * self.worker_max_busy_s / steps
+        summary["worker_reset_ms_per_step"] = 1000.0 * self.worker_mean_reset_s / steps
+        if self.worker_max_busy_s > 0:
+            summary["worker_busy_share"] = self.worker_mean_busy_s / self.worker_max_busy_s
+        return summary
