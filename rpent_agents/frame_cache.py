@@ -4,7 +4,9 @@
 `rpent-flywheel` (either key style) into one `.npz` file (uint8 images, float32 state and
 actions, episode and task indices, the task strings), so Stage 1 can train on a machine that has
 torch and numpy but not lerobot. Reading a LeRobot dataset needs lerobot (imported lazily);
-reading a cache, or the layout of either (`data_layout`), needs numpy only.
+reading a cache, or the layout of either (`data_layout`), needs numpy only. Both readers refuse
+a step whose `state` or `actions` holds NaN or inf (`require_finite_steps`), naming the
+dataset, the episode, the frame and the key, so Stage 1 never trains on one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
+
+from rpent_agents.finite_checks import first_non_finite_entry
 
 logger = logging.getLogger(__name__)
 IMAGE_KEYS = ("image", "wrist_image")
@@ -81,6 +85,7 @@ class FrameCache:
 
         Raises:
             KeyError: When the file lacks one of the arrays (not a frame cache).
+            ValueError: When a step's state or actions hold NaN or inf.
         """
         with np.load(Path(path)) as data:
             required = (*IMAGE_KEYS, *STEP_KEYS, "tasks")
@@ -89,7 +94,7 @@ class FrameCache:
                 raise KeyError(f"{path} is not a frame cache: arrays {missing} are missing")
             arrays = {key: data[key] for key in ARRAY_KEYS if key in data}
             tasks = [str(task) for task in data["tasks"]]
-        return cls(tasks=tasks, **arrays)
+        return require_finite_steps(cls(tasks=tasks, **arrays), path)
 
     def chunk_targets(self, chunk_len: int) -> tuple[np.ndarray, np.ndarray]:
         """Step indices (N, H) of each step's next `chunk_len` actions, and their validity.
@@ -103,6 +108,29 @@ class FrameCache:
             last[members] = members[-1]
         valid = starts <= last[:, None]
         return np.minimum(starts, last[:, None]), valid
+
+
+def require_finite_steps(cache: FrameCache, source: Path) -> FrameCache:
+    """`cache`, refused when a step's `state` or `actions` holds NaN or inf.
+
+    Args:
+        cache: The frames read.
+        source: The dataset they were read from, named in the message.
+
+    Raises:
+        ValueError: Naming the dataset, the episode, the frame in it and the entry.
+    """
+    found = first_non_finite_entry({"state": cache.state, "actions": cache.actions})
+    if found is not None:
+        key, (step, column), value = found
+        episode = int(cache.episode_index[step])
+        frame = step - int(np.flatnonzero(cache.episode_index == episode)[0])
+        raise ValueError(
+            f"{source}: episode {episode}, frame {frame} (step {step} of the dataset): "
+            f"{key}[{column}] is {value}; refused: Stage 1 trains on finite demonstrations "
+            "only: drop or re-record that episode"
+        )
+    return cache
 
 
 @dataclass(frozen=True)
@@ -168,6 +196,7 @@ def cache_from_lerobot(dataset_dir: Path) -> FrameCache:
     Raises:
         FileNotFoundError: When `dataset_dir` is not a LeRobot dataset.
         KeyError: When its frames lack a camera, `state` or `actions`.
+        ValueError: When a frame's state or actions hold NaN or inf.
     """
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -195,7 +224,8 @@ def cache_from_lerobot(dataset_dir: Path) -> FrameCache:
             tasks.append(frame["task"])
         columns["task_index"].append(np.int64(tasks.index(frame["task"])))
     logger.info("read %d frames of %d episodes", len(dataset), dataset.num_episodes)
-    return FrameCache(tasks=tasks, **{key: np.stack(value) for key, value in columns.items()})
+    cache = FrameCache(tasks=tasks, **{key: np.stack(value) for key, value in columns.items()})
+    return require_finite_steps(cache, dataset_dir)
 
 
 def load_frames(path: Path) -> FrameCache:

@@ -9,11 +9,18 @@ its end, so on an env with an `ImageDemand` its intermediate steps may skip rend
 chunk's final observation always has its images. A step policy reads every observation and
 renders every step, unless it says otherwise (`reads_images = False`, as `state_step_policy`
 policies do).
+
+Non-finite observations (`rpent_envs.state_checks`): a step whose observation holds NaN or inf
+ends the chunk and the episode (`truncated`, `info["invalid_state"]` naming the entries), and
+the chunk's observation is the last finite one, so no wrapper above ever sees the broken one.
+An env that checks itself (the in-process RPent envs) reports the same key with a finite
+observation; a chunk ending that way is not rendered again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +29,9 @@ import gymnasium as gym
 import numpy as np
 
 from rpent_envs.image_demand import image_demand_of
+from rpent_envs.state_checks import INVALID_STATE_KEY, non_finite_entries
 
+logger = logging.getLogger(__name__)
 StepPolicy = Callable[[Any], np.ndarray]
 """Closed-loop source of actions: current raw observation -> one action."""
 
@@ -109,7 +118,9 @@ def execute_chunk(
 
     Returns:
         The per-step rewards and infos, executed actions and the final step's outputs; the
-        final observation has its images even where intermediate steps skipped rendering.
+        final observation has its images even where intermediate steps skipped rendering. A
+        step observing NaN or inf ends the chunk truncated with `info["invalid_state"]`, the
+        observation before it standing as the final one (see the module doc).
 
     Raises:
         ValueError: When an array chunk has fewer than `horizon` rows or is not 2-D.
@@ -129,13 +140,20 @@ def execute_chunk(
         last_step = step_index == horizon - 1
         skippable = demand.optional() if demand and not last_step else contextlib.nullcontext()
         with skippable:
-            observation, reward, terminated, truncated, info = env.step(action)
+            next_observation, reward, terminated, truncated, info = env.step(action)
+        invalid = non_finite_entries(next_observation)
+        if invalid is None:
+            observation = next_observation
+        else:
+            logger.warning("%s observed NaN or inf (%s); the episode ends", env, invalid)
+            info, truncated = {**info, INVALID_STATE_KEY: invalid}, True
         executed.append(action)
         result.rewards.append(float(reward))
         result.step_infos.append(info)
         if terminated or truncated:
             break
-    if demand is not None and info.get("images_rendered") is False:  # ended on a skipped step
+    rerender = demand is not None and INVALID_STATE_KEY not in info
+    if rerender and info.get("images_rendered") is False:  # ended on a skipped step
         observation = demand.observe_now()
     result.observation, result.info = observation, info
     result.terminated, result.truncated = bool(terminated), bool(truncated)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
+from rpent_envs.state_checks import non_finite_entries
 from wrappers.chunking import StepPolicy, execute_chunk
 
 
@@ -51,6 +52,11 @@ class RLTObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
     `peg_head_pos_at_hole`, `hole_radius`, `task`) plus `chunk_rewards` (per-step rewards, for
     chunked TD), `chunk_len` (steps executed), `executed_action` ((chunk_len, A) as executed)
     and `step_infos` (the info of every executed step).
+
+    It never emits NaN or inf: a raw observation holding one ends the chunk and the episode
+    (`truncated`, `info["invalid_state"]` names the entries, the observation is featurized from
+    the last finite one: `wrappers.chunking`), and a feature model returning one is refused
+    with ValueError (as is a non-finite first observation at reset).
 
     Example:
         >>> env = gym.make("RPent/PegInsertionSideWideClearance-v1", image_size=64)
@@ -151,14 +157,25 @@ def rlt_observations(
 
     Returns:
         `z_rl` (B, D), `proprio` (B, P) and `ref_chunk` (B, H_ref, A), float32.
+
+    Raises:
+        ValueError: When one of them holds NaN or inf (the first index is the observation's).
     """
     features = feature_model.rlt_features(raw_observations, instructions)
     ref_space = space["ref_chunk"]
-    return {
+    batch = {
         "z_rl": np.asarray(features.z_rl, dtype=np.float32),
         "proprio": np.stack([np.asarray(obs["state"], np.float32) for obs in raw_observations]),
         "ref_chunk": np.clip(features.ref_chunk, ref_space.low, ref_space.high).astype(np.float32),
     }
+    invalid = non_finite_entries(batch)
+    if invalid is not None:
+        raise ValueError(
+            f"RLT observations would hold NaN or inf ({invalid}; the first index is the "
+            "observation's): a raw state or the feature model's output is broken; check the "
+            "env's state and the feature model (checkpoint, precision)"
+        )
+    return batch
 
 
 def _check_action_space(space: gym.Space, action_dim: int) -> gym.spaces.Box:

@@ -7,7 +7,9 @@ the package (`DEFAULT_CHECKPOINT_DIR`).
 A save replaces the three files as one set (`rpent_agents.atomic_save`): a process killed while
 saving leaves the previous checkpoint or the new one, never a mix, and the loader finishes a
 save that was committed before the kill. A file damaged some other way (truncated by a copy,
-written by hand) is refused with a `CheckpointError` naming it, never loaded half.
+written by hand) is refused with a `CheckpointError` naming it, never loaded half. Weights
+holding NaN or inf are refused at save (ValueError) and at load (`CheckpointError`), the
+message naming the tensor.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rpent_agents.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
+from rpent_agents.finite_checks import require_finite_tensors
 from rpent_agents.rlt_token import RLToken, RLTokenConfig
 
 WEIGHTS_FILE = "model.safetensors"
@@ -53,6 +56,9 @@ def write_checkpoint_files(
         metadata: Extra JSON-serialisable facts stored under "metadata" (step, dataset...).
         weights_dtype: Storage dtype of the weights (bfloat16 halves the size; loading
             always returns float32 modules).
+
+    Raises:
+        ValueError: When a weight (in `weights_dtype`) holds NaN or inf; nothing is written.
     """
     folder = Path(folder)
     tensors = {
@@ -60,6 +66,11 @@ def write_checkpoint_files(
         for prefix, module in (("vla", vla), ("rl_token", rl_token))
         for name, value in module.state_dict().items()
     }
+    require_finite_tensors(
+        tensors,
+        f"saving a Stage 1 checkpoint to {folder}",
+        f"training diverged (lower the learning rate) or {weights_dtype} overflowed",
+    )
     save_file(tensors, folder / WEIGHTS_FILE)
     config = {
         "feature_model": FEATURE_MODEL_KIND,
@@ -129,7 +140,7 @@ def load_checkpoint(
 
     Raises:
         FileNotFoundError: When a checkpoint file is missing.
-        CheckpointError: When a checkpoint file cannot be read.
+        CheckpointError: When a checkpoint file cannot be read or a weight holds NaN or inf.
     """
     config = read_config(folder)
     if config.get("feature_model") != FEATURE_MODEL_KIND:
@@ -140,6 +151,12 @@ def load_checkpoint(
     vla = BuiltinVLA(BuiltinVLAConfig(**config["vla"]), NormStats.load(folder))
     rl_token = RLToken(RLTokenConfig(**config["rl_token"]))
     tensors = _load_tensors(Path(folder) / WEIGHTS_FILE)
+    require_finite_tensors(
+        tensors,
+        str(Path(folder) / WEIGHTS_FILE),
+        "the checkpoint is broken: use an earlier one, or retrain",
+        CheckpointError,
+    )
     for prefix, module in (("vla", vla), ("rl_token", rl_token)):
         state = {
             name[len(prefix) + 1 :]: value.float()

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from rpent_agents.finite_checks import require_finite_observations, require_finite_outputs
 from rpent_agents.rlt_token import RLToken
 
 Observation = Mapping[str, Any]
@@ -73,7 +74,10 @@ class FeatureModel(Protocol):
 class RLTFeaturizer:
     """A feature model plus its trained RL token: observations -> (`z_rl`, `ref_chunk`).
 
-    Runs under `torch.no_grad()` in eval mode on the feature model's device.
+    Runs under `torch.no_grad()` in eval mode on the feature model's device. NaN and inf never
+    pass: an observation holding one in a float input (`state`) is refused with ValueError
+    naming its index and key, and so is an output holding one (`prefix`, `ref_chunk`, `z_rl`:
+    a damaged checkpoint, an fp16 overflow), naming the output and the observation.
 
     Example:
         >>> featurizer = load_featurizer("path/to/stage1_checkpoint")  # or the default
@@ -96,13 +100,36 @@ class RLTFeaturizer:
         self.action_dim = feature_model.action_dim
 
     @torch.no_grad()
+    def prefix_features(
+        self, observations: Sequence[Observation], instructions: Sequence[str]
+    ) -> PrefixFeatures:
+        """The feature model's prefix pass over finite inputs, with finite outputs.
+
+        Raises:
+            ValueError: When an input or an output (`prefix` on real tokens, `ref_chunk`)
+                holds NaN or inf.
+        """
+        require_finite_observations(observations)
+        prefix = self.feature_model.featurize(observations, instructions)
+        real_tokens = torch.where(prefix.pad_mask[..., None], prefix.prefix_tokens, 0.0)
+        outputs = {"prefix": real_tokens, "ref_chunk": prefix.ref_chunk}
+        require_finite_outputs(outputs, type(self.feature_model).__name__)
+        return prefix
+
+    @torch.no_grad()
     def rlt_features(
         self, observations: Sequence[Observation], instructions: Sequence[str]
     ) -> RLTFeatures:
-        """`z_rl` (B, D) float32 and the reference chunk (B, H, A) float32, as numpy."""
-        prefix = self.feature_model.featurize(observations, instructions)
+        """`z_rl` (B, D) float32 and the reference chunk (B, H, A) float32, as numpy.
+
+        Raises:
+            ValueError: When an input or an output holds NaN or inf (see the class doc).
+        """
+        prefix = self.prefix_features(observations, instructions)
         z_rl = self.rl_token.encode(prefix.prefix_tokens, prefix.pad_mask, prefix.image_token_count)
-        return RLTFeatures(
+        features = RLTFeatures(
             z_rl=z_rl.float().cpu().numpy(),
             ref_chunk=prefix.ref_chunk.float().cpu().numpy(),
         )
+        require_finite_outputs({"z_rl": features.z_rl}, "the RL token")
+        return features

@@ -6,7 +6,9 @@ request is a batch: `observations` (dict of stacked arrays: `image`, `wrist_imag
 `instructions` (list of str) and `want` ("z_rl" or "prefix"); the reply holds `z_rl` or the
 prefix tokens, pad mask and image token count, plus `ref_chunk` (env units). The metadata sent
 on connect (`rpent_feature_server`, `z_dim`, `prefix_dim`, `chunk_len`, `action_dim`) tells
-the client what it talks to.
+the client what it talks to. A request the featurizer refuses (an observation holding NaN or
+inf, a model output holding one: `RLTFeaturizer`) gets the reply `{"error": message}`, which
+the client raises as `FeatureServerError`; the connection stays open and the server serves on.
 
 Client: `RemoteFeatureModel(host, port)` (openpi-client) offers `rlt_features` (what
 `wrappers.RLTObservation` needs) and `featurize` (the `FeatureModel` protocol). Against a stock
@@ -35,8 +37,14 @@ OBSERVATION_KEYS = ("image", "wrist_image", "state")
 OPENPI_KEYS = {"image": "observation/image", "wrist_image": "observation/wrist_image"}
 
 
+ERROR_KEY = "error"
+
+
 class FeatureServerError(RuntimeError):
-    """The server cannot give what was asked (e.g. z_rl from an actions-only OpenPI server)."""
+    """The server cannot give what was asked, or refused the request.
+
+    E.g. z_rl from an actions-only OpenPI server, or a request holding NaN or inf.
+    """
 
 
 def _require_openpi(module: str) -> None:
@@ -85,13 +93,20 @@ class FeatureServerPolicy:
 
     @torch.no_grad()
     def infer(self, request: dict) -> dict:
-        """Featurize the request's batch; see the module doc for the fields."""
+        """Featurize the request's batch; a refused one gets `{"error": why}` (module doc)."""
+        try:
+            return self._featurize(request)
+        except ValueError as error:  # the featurizer refused the request; serve the next one
+            logger.warning("refused a request: %s", error)
+            return {ERROR_KEY: str(error)}
+
+    def _featurize(self, request: dict) -> dict:
         observations = unstack_observations(request["observations"])
         instructions = list(request["instructions"])
         if request.get("want", "z_rl") == "z_rl":
             features = self.featurizer.rlt_features(observations, instructions)
             return {"z_rl": features.z_rl, "ref_chunk": features.ref_chunk}
-        prefix = self.featurizer.feature_model.featurize(observations, instructions)
+        prefix = self.featurizer.prefix_features(observations, instructions)
         return {
             "prefix_tokens": prefix.prefix_tokens.float().cpu().numpy(),
             "pad_mask": prefix.pad_mask.cpu().numpy(),
@@ -151,7 +166,10 @@ class RemoteFeatureModel:
             "instructions": list(instructions),
             "want": want,
         }
-        return self._client.infer(request)
+        reply = self._client.infer(request)
+        if ERROR_KEY in reply:
+            raise FeatureServerError(f"{self.address} refused the request: {reply[ERROR_KEY]}")
+        return reply
 
     def rlt_features(
         self, observations: Sequence[Mapping[str, Any]], instructions: Sequence[str]

@@ -3,12 +3,14 @@
 A run folder holds everything a resumed run needs to continue where it stopped:
 `stage2_config.json`, `learner_state.pt` (networks, target critic, optimizers, update counter,
 schedule, random states and the caller's `extra` counters), `replay.npz` (the replay buffer) and
-`weights.pt` (the actor and critic alone, loadable with `load_weights`, or the actor alone with
-`load_actor`), plus any files the caller adds (`rpent-stage2` adds its results). A save
+`weights.pt` (the actor and critic alone, loadable with `load_weights`, or the actor to act
+with `load_actor`), plus any files the caller adds (`rpent-stage2` adds its results). A save
 replaces all of them as one set (`rpent_agents.atomic_save`: staging folder, fsync, rename): a
 process killed at any moment leaves the previous save or the new one, never a mix and never no
 folder, and `resume_run` (like every later save) first finishes a save that was committed
-before the kill.
+before the kill. Networks holding NaN or inf are refused at save and at load (ValueError
+naming the tensor, e.g. `critic.q_heads.0.0.weight`), so no such run is ever written or
+continued.
 
 The package embeds one actor to act with when none is given, `DEFAULT_ACTOR_DIR`
 (`rpent_agents/stage2/default_actor/`: `weights.pt` and `results.json`, its success on the
@@ -35,6 +37,7 @@ import numpy as np
 import torch
 
 from rpent_agents.atomic_save import complete_interrupted_save, staged_save
+from rpent_agents.finite_checks import require_finite_tensors
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner, act_chunks
 from rpent_agents.stage2.networks import Actor, RLTDims, TwinQCritic
@@ -47,6 +50,28 @@ WEIGHTS_FORMAT = "rpent-stage2-weights-v1"
 DEFAULT_ACTOR_DIR = Path(__file__).parent / "default_actor"
 """The embedded Stage 2 actor (trained on the embedded Stage 1 checkpoint): a folder with
 `weights.pt` (as `save_weights` writes it) and `results.json`."""
+RUN_NETWORKS = ("actor", "critic", "target_critic")
+WEIGHTS_NETWORKS = ("actor", "critic")
+
+
+def require_finite_networks(state: dict[str, Any], networks: tuple[str, ...], where: str) -> None:
+    """Refuse a saved or loaded state whose network weights hold NaN or inf.
+
+    Args:
+        state: Holds one state dict per network name.
+        networks: The names to check.
+        where: What is saved or loaded, named in the message.
+
+    Raises:
+        ValueError: Naming the tensor (`<network>.<parameter>`).
+    """
+    tensors = {
+        f"{network}.{name}": tensor
+        for network in networks
+        for name, tensor in state[network].items()
+    }
+    fix = "the run diverged; continue from an earlier save, or start again"
+    require_finite_tensors(tensors, where, fix)
 
 
 def _random_states(learner: Stage2Learner) -> dict[str, Any]:
@@ -67,6 +92,7 @@ def _learner_state(learner: Stage2Learner, extra: dict[str, Any]) -> dict[str, A
         "actor_optimizer": learner.actor_optimizer.state_dict(),
         "critic_optimizer": learner.critic_optimizer.state_dict(),
         "update_step": learner.update_step,
+        "skipped_steps": {name: float(count) for name, count in learner.skipped_steps.items()},
         "schedule": learner.schedule.state_dict(),
         "random": _random_states(learner),
         "extra": extra,
@@ -90,10 +116,15 @@ def save_run(
 
     Returns:
         `folder`.
+
+    Raises:
+        ValueError: When a network weight holds NaN or inf (nothing is written).
     """
+    state = _learner_state(learner, extra or {})
+    require_finite_networks(state, RUN_NETWORKS, f"saving the Stage 2 run to {folder}")
     with staged_save(folder) as staging:
         learner.config.to_json(staging / CONFIG_FILE)
-        torch.save(_learner_state(learner, extra or {}), staging / STATE_FILE)
+        torch.save(state, staging / STATE_FILE)
         learner.replay.save(staging / REPLAY_FILE)
         save_weights(learner, staging / WEIGHTS_FILE)
         if write_more is not None:
@@ -124,6 +155,7 @@ def resume_run(
 
     Raises:
         FileNotFoundError: When `folder` lacks one of the run files.
+        ValueError: When a saved network weight holds NaN or inf.
     """
     folder = Path(folder)
     complete_interrupted_save(folder)
@@ -135,6 +167,7 @@ def resume_run(
             )
     config = Stage2Config.from_json(folder / CONFIG_FILE)
     state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    require_finite_networks(state, RUN_NETWORKS, str(folder / STATE_FILE))
     learner = Stage2Learner(config, RLTDims(**state["dims"]), device)
     learner.actor.load_state_dict(state["actor"])
     learner.critic.load_state_dict(state["critic"])
@@ -147,6 +180,8 @@ def resume_run(
         for group in optimizer.param_groups:  # a run saved on another device: this one's setting
             group["capturable"] = learner.use_cuda_graphs
     learner.update_step = int(state["update_step"])
+    for name, count in state.get("skipped_steps", {}).items():
+        learner.skipped_steps[name].fill_(count)
     learner.schedule.load_state_dict(state["schedule"])
     learner.replay.load(folder / REPLAY_FILE)
     _restore_random_states(learner, state["random"])
@@ -154,18 +189,21 @@ def resume_run(
 
 
 def save_weights(learner: Stage2Learner, path: Path) -> None:
-    """Write the actor and critic weights (with their sizes) to one file."""
-    torch.save(
-        {
-            "format": WEIGHTS_FORMAT,
-            "dims": dataclasses.asdict(learner.dims),
-            "chunk_len": learner.config.chunk_len,
-            "actor": learner.actor.state_dict(),
-            "critic": learner.critic.state_dict(),
-            "eval_q_filter": learner.config.eval_q_filter,
-        },
-        path,
-    )
+    """Write the actor and critic weights (with their sizes) to one file.
+
+    Raises:
+        ValueError: When a weight holds NaN or inf (nothing is written).
+    """
+    weights = {
+        "format": WEIGHTS_FORMAT,
+        "dims": dataclasses.asdict(learner.dims),
+        "chunk_len": learner.config.chunk_len,
+        "actor": learner.actor.state_dict(),
+        "critic": learner.critic.state_dict(),
+        "eval_q_filter": learner.config.eval_q_filter,
+    }
+    require_finite_networks(weights, WEIGHTS_NETWORKS, f"saving Stage 2 weights to {path}")
+    torch.save(weights, path)
 
 
 def read_weights(path: Path) -> tuple[Path, dict[str, Any]]:
@@ -173,7 +211,7 @@ def read_weights(path: Path) -> tuple[Path, dict[str, Any]]:
 
     Raises:
         FileNotFoundError: When there is no such file.
-        ValueError: When the file is not a Stage 2 weights file.
+        ValueError: When the file is not a Stage 2 weights file, or a weight holds NaN or inf.
     """
     path = Path(path)
     if path.is_dir():
@@ -184,6 +222,7 @@ def read_weights(path: Path) -> tuple[Path, dict[str, Any]]:
     weights = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(weights, dict) or weights.get("format") != WEIGHTS_FORMAT:
         raise ValueError(f"{path} is not a Stage 2 weights file (written by save_weights)")
+    require_finite_networks(weights, WEIGHTS_NETWORKS, str(path))
     return path, weights
 
 
@@ -207,7 +246,8 @@ def load_weights(learner: Stage2Learner, path: Path) -> None:
     """Load a weights file (or a run folder's `weights.pt`) into `learner`; resets its target.
 
     Raises:
-        ValueError: When the file is not a Stage 2 weights file or its sizes differ.
+        ValueError: When the file is not a Stage 2 weights file, its sizes differ or a weight
+            holds NaN or inf.
     """
     path, weights = read_weights(path)
     check_weights_fit(path, weights, learner.dims, learner.config.chunk_len, "this learner")

@@ -9,6 +9,11 @@ The update loop keeps every value on the device and synchronises once per `run_u
 GPU is not stalled by per-update host reads. On a CUDA device each update is replayed as a
 captured CUDA graph (`Stage2Config.cuda_graphs`): one graph per update kind (with or without
 the actor step and the target update), fed through a static batch and static loss weights.
+
+An optimizer step whose loss or gradient norm is NaN or inf is skipped, on the device, and
+counted (`stage2.step_guard`; scalars `train/rlt/skipped_critic_steps` and
+`train/rlt/skipped_actor_steps`); the replay buffer refuses non-finite transitions
+(`train/replay_buffer/refused_non_finite`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
 from rpent_agents.stage2.replay import ReplayBuffer, RLTBatch, RLTTransition
 from rpent_agents.stage2.schedules import UpdateSchedule, actor_loss_weights
+from rpent_agents.stage2.step_guard import step_unless_non_finite
 
+NETWORKS = ("critic", "actor")
 ACTOR_SCALARS = (
     "actor/actor_loss",
     "q_pi",
@@ -39,7 +46,7 @@ ACTOR_SCALARS = (
 
 def _adam(module: torch.nn.Module, lr: float, capturable: bool) -> torch.optim.Adam:
     # The fused kernel updates all parameters at once (CPU and CUDA); the default per-parameter
-    # loop dominates the update time of networks this small.
+    # loop dominates the update time of networks this small. It also skips non-finite steps.
     return torch.optim.Adam(module.parameters(), lr=lr, fused=True, capturable=capturable)
 
 
@@ -146,6 +153,8 @@ class Stage2Learner:
         self.noise_generator = torch.Generator(device=self.device).manual_seed(config.seed + 1)
         self.schedule = UpdateSchedule(config)
         self.update_step = 0
+        # Optimizer steps skipped for a non-finite loss or gradient, counted on the device.
+        self.skipped_steps = {name: torch.zeros((), device=self.device) for name in NETWORKS}
         self.captured_updates: dict[UpdateKind, CapturedUpdate] = {}
         self.static_batch: RLTBatch | None = None
         # (bc_weight, q_weight) of the update being replayed, read by the captured actor step.
@@ -179,18 +188,26 @@ class Stage2Learner:
         return float(self.critic(obs, action)[0, 0])
 
     def replay_scalars(self) -> dict[str, float]:
-        """Reward density of the replay: the share of stored transitions with a reward."""
+        """Transitions refused as non-finite, and the share of stored ones with a reward."""
+        refused = {"train/replay_buffer/refused_non_finite": float(self.replay.refused_non_finite)}
         if len(self.replay) == 0:
-            return {}
-        return {"diag/replay_rewarded_share": self.replay.rewarded_share()}
+            return refused
+        return refused | {"diag/replay_rewarded_share": self.replay.rewarded_share()}
+
+    def skipped_step_scalars(self) -> dict[str, float]:
+        """Optimizer steps skipped so far for a non-finite loss or gradient, per network."""
+        counts = torch.stack([self.skipped_steps[name] for name in NETWORKS]).tolist()
+        return {
+            f"train/rlt/skipped_{name}_steps": count
+            for name, count in zip(NETWORKS, counts, strict=True)
+        }
 
     def add_transitions(self, transitions: Iterable[RLTTransition | None]) -> int:
-        """Store the given transitions (None entries are skipped); returns how many."""
+        """Store the given transitions (None and non-finite ones are not); returns how many."""
         stored = 0
         for transition in transitions:
             if transition is not None:
-                self.replay.add(transition)
-                stored += 1
+                stored += self.replay.add(transition)
         return stored
 
     def train_step(self) -> dict[str, float]:
@@ -208,7 +225,7 @@ class Stage2Learner:
             ),
             "train/rlt/pending_update_budget": float(self.schedule.pending_update_budget),
         }
-        return scalars
+        return scalars | self.skipped_step_scalars()
 
     def _actor_updates_between(self, first_update: int, end_update: int) -> int:
         """Actor steps among updates first_update..end_update-1 (those divisible by the ratio)."""
@@ -311,7 +328,7 @@ class Stage2Learner:
                 batch.rewards, batch.done, next_q_min, config.gamma, config.bootstrap_type
             )
         loss = losses.critic_loss(self.critic(batch.obs, batch.action), target)
-        self._step(self.critic_optimizer, self.critic, loss)
+        self._step(self.critic_optimizer, self.critic, loss, self.skipped_steps["critic"])
         return loss.detach()
 
     def _actor_step(
@@ -330,7 +347,7 @@ class Stage2Learner:
         bc = losses.bc_terms(actor_chunk, batch.obs.ref_chunk, batch.action, batch.intervened)
         floor = config.q_scale_floor if config.normalize_q else None
         loss = losses.actor_loss(q1, bc.loss, q_weight, bc_weight, losses.q_scale(q1, floor))
-        self._step(self.actor_optimizer, self.actor, loss)
+        self._step(self.actor_optimizer, self.actor, loss, self.skipped_steps["actor"])
         return {
             "actor/actor_loss": loss.detach(),
             "q_pi": q1.detach().mean(),
@@ -341,15 +358,22 @@ class Stage2Learner:
         }
 
     def _step(
-        self, optimizer: torch.optim.Optimizer, module: torch.nn.Module, loss: torch.Tensor
+        self,
+        optimizer: torch.optim.Optimizer,
+        module: torch.nn.Module,
+        loss: torch.Tensor,
+        skipped_steps: torch.Tensor,
     ) -> None:
-        """Backpropagate `loss` into `module` only, clip its gradient norm, step `optimizer`."""
+        """Backpropagate `loss` into `module` only, clip its gradient norm, step `optimizer`.
+
+        A non-finite loss or gradient skips the step and counts it in `skipped_steps`.
+        """
         optimizer.zero_grad(set_to_none=True)
         params = list(module.parameters())
         # inputs= keeps the actor loss from filling the critic's gradients.
         loss.backward(inputs=params)
-        torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip_norm, foreach=True)
-        optimizer.step()
+        norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip_norm, foreach=True)
+        step_unless_non_finite(optimizer, loss, norm, skipped_steps)
 
     @torch.no_grad()
     def _soft_update_target(self) -> None:

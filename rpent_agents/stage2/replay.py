@@ -2,7 +2,9 @@
 
 A transition is one executed chunk: the RLT observation it was decided from, the H actions that
 ran, their per-step rewards, the next observation, whether the episode ended, and which steps a
-human or expert drove. `rpent_agents.stage2.transitions` builds them from env infos.
+human or expert drove. `rpent_agents.stage2.transitions` builds them from env infos. A
+transition holding NaN or inf is refused (logged and counted in `refused_non_finite`): one in
+a batch would turn the networks into NaN.
 
 Memory: the storage is allocated at its capacity up front (its pages are touched as it fills)
 and a full buffer turns over in place, so resident memory stops growing at capacity however
@@ -12,6 +14,7 @@ stored transitions once more for the file while it writes.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -19,7 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rpent_agents.finite_checks import first_non_finite_entry
 from rpent_agents.stage2.networks import RLTDims, RLTObs
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -137,6 +143,7 @@ class ReplayBuffer:
         self.next_index = 0
         self.size = 0
         self.total_added = 0
+        self.refused_non_finite = 0
         self.intervened_host = np.zeros(capacity, bool)
         """Which slots hold a transition with an intervened step (host copy for sampling)."""
         self._intervened_cache: tuple[tuple[int, int], torch.Tensor] | None = None
@@ -144,8 +151,11 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, transition: RLTTransition) -> None:
+    def add(self, transition: RLTTransition) -> bool:
         """Store one transition, overwriting the oldest when full.
+
+        Returns:
+            Whether it was stored: one holding NaN or inf is refused and counted instead.
 
         Raises:
             ValueError: When a field's shape does not match the buffer's dims (nothing stored).
@@ -157,6 +167,11 @@ class ReplayBuffer:
                     f"RLTTransition.{name} has shape {value.shape}; this buffer stores "
                     f"{self.shapes[name]} (dims {self.dims}, chunk_len {self.chunk_len})"
                 )
+        non_finite = first_non_finite_entry(values)
+        if non_finite is not None:
+            self.refused_non_finite += 1
+            logger.warning("replay: refused a transition whose %s holds %s at %s", *non_finite)
+            return False
         for name, value in values.items():
             self.storage[name][self.next_index] = torch.tensor(
                 value, dtype=_field_dtype(name), device=self.device
@@ -165,6 +180,7 @@ class ReplayBuffer:
         self.next_index = (self.next_index + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
         self.total_added += 1
+        return True
 
     def sample(
         self,
@@ -252,6 +268,7 @@ class ReplayBuffer:
             [dims.z_dim, dims.proprio_dim, dims.ref_chunk_len, dims.action_dim, self.chunk_len]
         )
         arrays["total_added"] = np.array(self.total_added)
+        arrays["refused_non_finite"] = np.array(self.refused_non_finite)
         partial = path.with_name(path.name + ".partial.npz")
         np.savez(partial, **arrays)
         os.replace(partial, path)
@@ -276,6 +293,7 @@ class ReplayBuffer:
                 self.storage[name][:count] = newest.to(self.device, _field_dtype(name))
             self.size, self.next_index = count, count % self.capacity
             self.total_added = int(data["total_added"])
+            self.refused_non_finite = int(data.get("refused_non_finite", 0))
             self.intervened_host[:] = False
             newest_intervened = data["intervened"][len(data["intervened"]) - count :]
             self.intervened_host[:count] = np.asarray(newest_intervened).any(axis=-1)

@@ -5,7 +5,8 @@
 finished since its last report; `RolloutDiagnostics` gives the `diag/...` scalars (Q of
 successful against failed episodes, the actor's distance from the reference, where critical
 chunks end). All read the RLT env's per-chunk info (`record_transition`, `actor_switch`,
-`intervention_requested`, `intervene_flag`, `success`, `chunk_len`, `peg_head_pos_at_hole`).
+`intervention_requested`, `intervene_flag`, `invalid_state`, `success`, `chunk_len`,
+`peg_head_pos_at_hole`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _CHUNK_FLAGS = {
     "actor_switch": "actor_switch_rate",
     "intervention_requested": "intervention_requested_rate",
     "intervene_flag": "intervention_rate",
+    "invalid_state": "invalid_state_rate",  # a str naming the NaN entries: the chunk ended there
 }
 
 

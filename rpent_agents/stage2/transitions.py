@@ -3,8 +3,8 @@
 The RLT env (`RPent/PegInsertion-RLT-v0`) steps a whole chunk and reports in `info`:
 `record_transition` (the chunk belongs to the critical phase and is stored), `executed_action`
 (n, A) and `chunk_rewards` (n,) of the n <= H steps that ran, `chunk_len` (n),
-`intervene_flag` (a human or expert drove the chunk). Observations are Dicts of `z_rl`,
-`proprio` and `ref_chunk`.
+`intervene_flag` (a human or expert drove the chunk), and `invalid_state` when the chunk
+ended on a non-finite state. Observations are Dicts of `z_rl`, `proprio` and `ref_chunk`.
 
 With a vector env, `vector_step_items` splits the batched observations and infos per env.
 """
@@ -19,6 +19,8 @@ import numpy as np
 from rpent_agents.stage2.replay import RLTTransition
 
 RLT_OBS_KEYS = ("z_rl", "proprio", "ref_chunk")
+INVALID_STATE_KEY = "invalid_state"
+"""`rpent_envs.state_checks.INVALID_STATE_KEY` (Stage 2 imports nothing of `rpent_envs`)."""
 
 
 def _pad_steps(values: np.ndarray, chunk_len: int, mode: str) -> np.ndarray:
@@ -71,7 +73,9 @@ def build_transition(
         terminated: The episode terminated inside the chunk.
         truncated: The episode was truncated inside the chunk.
         chunk_len: H, the actor's chunk length.
-        truncation_ends_bootstrap: Count truncation as done (reference simulation).
+        truncation_ends_bootstrap: Count truncation as done (reference simulation). A chunk
+            that ended on a non-finite state (`info["invalid_state"]`) is done either way:
+            there is no next state to bootstrap from.
         reference_on_interventions: "executed" (reference): on intervened steps the stored
             reference is replaced by the executed action, so the actor's reference input
             follows the human or expert too; "observed": the stored reference stays the VLA's
@@ -86,6 +90,7 @@ def build_transition(
     action_dim = int(np.asarray(obs["ref_chunk"]).shape[-1])
     executed, rewards, intervened = _chunk_from_info(info, chunk_len, action_dim)
     ref_chunk = np.array(obs["ref_chunk"], dtype=np.float32)
+    ended_invalid = INVALID_STATE_KEY in info
     if reference_on_interventions == "executed":
         ref_chunk[: len(intervened)][intervened] = executed[intervened]
     return RLTTransition(
@@ -97,7 +102,7 @@ def build_transition(
         next_z_rl=np.asarray(next_obs["z_rl"], np.float32),
         next_proprio=np.asarray(next_obs["proprio"], np.float32),
         next_ref_chunk=np.asarray(next_obs["ref_chunk"], np.float32),
-        done=bool(terminated or (truncated and truncation_ends_bootstrap)),
+        done=bool(terminated or (truncated and truncation_ends_bootstrap) or ended_invalid),
         intervened=_pad_steps(intervened, chunk_len, "constant"),
     )
 

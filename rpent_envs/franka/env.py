@@ -24,6 +24,7 @@ from rpent_envs.franka.camera import Camera
 from rpent_envs.franka.config import FrankaConfig
 from rpent_envs.franka.pose import Pose, limit_step
 from rpent_envs.franka.safety import SafetyBox
+from rpent_envs.state_checks import INVALID_STATE_KEY, LastFiniteState
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +93,12 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     still lets a command through) and says so clearly:
     - a NaN or inf action: refused with ValueError before anything moves, the arm stops; the
       episode goes on with the next valid action;
-    - a target holding NaN or inf (say from a broken state reading): the backend refuses it
-      and stops the arm (`FrankaCommandError`); the episode is over;
+    - a state reading holding NaN or inf (a sensor glitch) at the end of a step: the arm is
+      commanded to stop and the episode truncated with `info["invalid_state"]` naming the
+      entries; the observation holds the last finite state (`rpent_envs.state_checks`);
+      at reset it raises RuntimeError;
+    - a target holding NaN or inf (say from a broken state reading at the start of a step):
+      the backend refuses it and stops the arm (`FrankaCommandError`); the episode is over;
     - a reflex or control error (also in the middle of an action chunk): the arm's reflex
       stopped it, the env runs the automatic recovery, commands a stop and truncates the
       episode with `info["control_error"]`, so a chunk executor stops there; when the recovery
@@ -164,6 +169,7 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self._episode_active = False
         self._needs_reconnect = False
         self._tick_s = time.monotonic()
+        self._states = LastFiniteState("Franka env")
 
     def _make_backend(self, backend: str | FrankaBackend) -> FrankaBackend:
         if not isinstance(backend, str):
@@ -210,9 +216,10 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             for pose in (lift_pose, reset_pose):
                 self._move_and_wait(pose)
             snapshot = self.backend.read_state()
+        observation = self._observation(snapshot)
+        observation["state"] = self._states.start(observation["state"])
         self._episode_active = True
         self._tick_s = time.monotonic()
-        observation = self._observation(snapshot)
         return observation, self._info(observation, box_clipped=False, overrun_s=0.0)
 
     def step(
@@ -236,8 +243,12 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
                 self._episode_active = False
                 raise
         observation = self._observation(snapshot)
+        observation["state"], invalid = self._states.check(observation["state"])
         info = self._info(observation, box_clipped, overrun_s)
-        return observation, float(info["success"]), info["success"], False, info
+        if invalid is not None:
+            self._stop_after_invalid_state()
+            info[INVALID_STATE_KEY] = invalid
+        return observation, float(info["success"]), info["success"], invalid is not None, info
 
     def render(self) -> None:
         """No render modes: the camera image is part of the observation."""
@@ -301,9 +312,16 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self._recover_or_raise(error)
         self.backend.stop()  # recovered and idle; nothing more of the chunk may move it
         observation = self._observation(self.backend.read_state())
+        observation["state"], _ = self._states.check(observation["state"])
         info = self._info(observation, box_clipped=False, overrun_s=0.0)
         info["control_error"] = str(error)
         return observation, 0.0, False, True, info
+
+    def _stop_after_invalid_state(self) -> None:
+        """Hold the arm still: nothing may act on a broken reading; the episode is over."""
+        self._episode_active = False
+        with self._lost_connection_ends_episode():
+            self._stop_if_possible()
 
     def _recover(self) -> None:
         """Clear any error, reported or not (a reflex between episodes, a released E-stop)."""

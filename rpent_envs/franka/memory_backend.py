@@ -22,9 +22,10 @@ class MemoryFrankaBackend:
 
     It keeps every command (`commanded_poses`, `gripper_commands`: True = close, `stops`: how
     many stop commands it got) so tests and dry runs can inspect what a real arm would have
-    been sent, and has two fault switches that behave like the real faults:
-    `inject_control_error` (the next motion check raises, as after a reflex, until `recover`)
-    and `drop_connection` (every call raises until `connect`).
+    been sent, and has three fault switches that behave like the real faults:
+    `inject_control_error` (the next motion check raises, as after a reflex, until `recover`),
+    `inject_sensor_glitch` (the force estimate reads NaN until `recover`) and
+    `drop_connection` (every call raises until `connect`).
 
     Example:
         >>> backend = MemoryFrankaBackend()
@@ -49,6 +50,7 @@ class MemoryFrankaBackend:
         self._error_active = False
         self._recoverable = True
         self._connected = True
+        self._glitching = False
 
     def inject_control_error(
         self, message: str = "motion aborted by reflex", recoverable: bool = True
@@ -64,6 +66,10 @@ class MemoryFrankaBackend:
         self._error_active = True
         self._recoverable = recoverable
 
+    def inject_sensor_glitch(self) -> None:
+        """Make every state reading report a NaN external force, until `recover()`."""
+        self._glitching = True
+
     def drop_connection(self) -> None:
         """Make every call fail as if the network cable were pulled, until `connect()`."""
         self._connected = False
@@ -73,9 +79,10 @@ class MemoryFrankaBackend:
         self._connected = True
 
     def read_state(self) -> RobotSnapshot:
-        """The current (commanded) pose, at rest, with no external force."""
+        """The current (commanded) pose, at rest, with no external force (NaN: a glitch)."""
         self._require_connection()
-        return RobotSnapshot(self.tcp_pose, np.zeros(6), np.zeros(6), self.gripper_width_m)
+        wrench = np.full(6, np.nan) if self._glitching else np.zeros(6)
+        return RobotSnapshot(self.tcp_pose, np.zeros(6), wrench, self.gripper_width_m)
 
     def move_to(self, pose: Pose, dynamics_factor: float) -> None:
         """Record the target and jump to it; refused while a control error is active.
@@ -112,6 +119,7 @@ class MemoryFrankaBackend:
         """Clear the injected error, unless it was injected as unrecoverable."""
         self._require_connection()
         self.recoveries += 1
+        self._glitching = False
         if not self._recoverable:
             return False
         self._pending_error = None

@@ -16,6 +16,7 @@ import numpy as np
 
 from rpent_envs.action_checks import checked_action
 from rpent_envs.libero.backend import LiberoTask, import_libero, load_task
+from rpent_envs.state_checks import INVALID_STATE_KEY, LastFiniteState
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,9 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     of robosuite's OSC_POSE controller, and the gripper (-1 open, 1 close).
     Reward: 1.0 on success, else 0.0; the episode terminates on success and truncates after the
     suite's evaluation horizon (`max_episode_steps`; `gym.make(..., max_episode_steps=N)` adds
-    a shorter limit).
+    a shorter limit). A step whose state is NaN or inf (a MuJoCo blow-up) truncates the episode
+    with `info["invalid_state"]` naming the entries; its observation holds the last finite
+    state (`rpent_envs.state_checks`).
 
     The instruction is `task_description` and `info["task"]`: by default the BDDL file's
     language, which LIBERO-PRO's language and task suites rewrite (the registry's
@@ -162,6 +165,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.current_init_state_id: int | None = None
         self._elapsed_steps = 0
         self._last_obs: dict[str, np.ndarray] | None = None
+        self._states = LastFiniteState(f"LIBERO {self.task.suite} task {task_id}")
 
     @staticmethod
     def _check_arguments(
@@ -225,6 +229,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         raw_obs = self._sim.env._get_observations(force_update=True)
         self._elapsed_steps = 0
         self._last_obs = self._observation(raw_obs)
+        self._last_obs["state"] = self._states.start(self._last_obs["state"])
         return self._last_obs, self._info(success=False)
 
     def _pick_init_state(self, options: dict[str, Any]) -> int:
@@ -249,7 +254,11 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         success = bool(self._sim.check_success())
         truncated = not success and self._elapsed_steps >= self.max_episode_steps
         self._last_obs = self._observation(raw_obs)
-        return self._last_obs, float(success), success, truncated, self._info(success)
+        self._last_obs["state"], invalid = self._states.check(self._last_obs["state"])
+        info = self._info(success)
+        if invalid is not None:
+            info[INVALID_STATE_KEY] = invalid
+        return self._last_obs, float(success), success, truncated or invalid is not None, info
 
     def render(self) -> np.ndarray | None:
         """Return the current agentview image when `render_mode="rgb_array"`."""

@@ -14,6 +14,7 @@ import numpy as np
 
 from rpent_envs.action_checks import checked_action
 from rpent_envs.image_demand import ImageDemand
+from rpent_envs.state_checks import INVALID_STATE_KEY, LastFiniteState
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,9 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     HxWx3, only with `obs_mode="rgb"`; `state`, float32 (9,) = arm and finger joint positions.
     Action: float32 (8,) in [-1, 1] = 7 joint deltas (x 0.1 rad) and the gripper target
     (-1 closed, 1 open). Reward: 1.0 on success, else 0.0; the episode terminates on success.
+    A step whose simulated state is NaN or inf (a physics blow-up) truncates the episode with
+    `info["invalid_state"]` naming the entries; its observation holds the last finite state
+    (`rpent_envs.state_checks`).
 
     Info keys: `success` / `is_success` (bool), `is_grasped` (bool, the gripper holds the peg
     within 20 deg of the closing direction), `peg_head_pos_at_hole` (float32 (3,), peg head in
@@ -150,6 +154,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.scene_seed: int | None = None
         self.image_demand = ImageDemand(self.current_observation)
         self.image_size = image_size
+        self._states = LastFiniteState("peg insertion env")
 
     @property
     def maniskill_env(self) -> Any:
@@ -169,7 +174,9 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         raw_obs, raw_info = self._sim.reset(seed=self.episode_seed, options=options)
         if bool(raw_info["reconfigure"]):
             self.scene_seed = self.episode_seed
-        return self._observation(raw_obs), self._info(raw_info)
+        obs = self._observation(raw_obs)
+        obs["state"] = self._states.start(obs["state"])
+        return obs, self._info(raw_info)
 
     def step(
         self, action: np.ndarray
@@ -187,11 +194,17 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         info = self._info(raw_info)
         if self.obs_mode == "rgb":
             info["images_rendered"] = not skip_images
-        return self._observation(raw_obs), float(info["success"]), info["success"], False, info
+        obs = self._observation(raw_obs)
+        obs["state"], invalid = self._states.check(obs["state"])
+        if invalid is not None:
+            info[INVALID_STATE_KEY] = invalid
+        return obs, float(info["success"]), info["success"], invalid is not None, info
 
     def current_observation(self) -> dict[str, np.ndarray]:
         """The observation of the current simulator state, rendered now (no step taken)."""
-        return self._observation(self._sim.get_obs())
+        obs = self._observation(self._sim.get_obs())
+        obs["state"], _ = self._states.check(obs["state"])
+        return obs
 
     def render(self) -> np.ndarray | None:
         """Return the 512x512 third-person RGB view when `render_mode="rgb_array"`."""

@@ -2,18 +2,21 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from recorders.lerobot_io import rpent_key
 from rpent_agents.demos import CollectArgs, collect_peg_demos
 from rpent_agents.features.checkpoint import load_checkpoint, load_featurizer
-from rpent_agents.frame_cache import FrameCache
+from rpent_agents.frame_cache import FrameCache, cache_from_lerobot
 from rpent_agents.stage1 import TrainArgs, build_models, random_shift, stage1_losses, train
 
 TINY_MODEL = [
@@ -116,6 +119,35 @@ def test_resume_continues_and_an_existing_folder_is_refused(trained, cache_path)
     events = EventAccumulator(str(trained / "tensorboard"))
     events.Reload()
     assert [event.step for event in events.Scalars("train/rlt_loss")][-1] == 6
+
+
+def test_a_non_finite_frame_in_a_cache_is_refused_by_name(cache_path, tmp_path):
+    cache = FrameCache.load(cache_path)
+    second_episode = int(np.flatnonzero(cache.episode_index == 1)[0])
+    cache.actions[second_episode + 3, 2] = np.inf
+    broken = tmp_path / "broken.npz"
+    cache.save(broken)
+    refused = rf"broken.npz: episode 1, frame 3 \(step {second_episode + 3} of the dataset\)"
+    with pytest.raises(ValueError, match=rf"{refused}: actions\[2\] is inf"):
+        FrameCache.load(broken)
+    result = stage1_cli("train", "--data", str(broken), "--output-dir", str(tmp_path / "out"))
+    assert result.returncode != 0 and "episode 1, frame 3" in result.stderr
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_a_non_finite_frame_in_a_lerobot_dataset_is_refused_by_name(dataset_dir, tmp_path):
+    damaged = tmp_path / "demos"
+    shutil.copytree(dataset_dir, damaged)
+    (table_path,) = (damaged / "data").rglob("*.parquet")
+    table = pq.read_table(table_path)
+    (state_key,) = [key for key in table.column_names if rpent_key(key) == "state"]
+    states = np.array(table[state_key].to_pylist(), np.float32)
+    states[5, 1] = np.nan  # the sixth frame of episode 0
+    column = table.column_names.index(state_key)
+    table = table.set_column(column, state_key, [states.tolist()]).cast(table.schema)
+    pq.write_table(table, table_path)
+    with pytest.raises(ValueError, match=r"demos: episode 0, frame 5 .*: state\[1\] is nan"):
+        cache_from_lerobot(damaged)
 
 
 def test_training_reads_a_lerobot_folder_directly(dataset_dir, tmp_path):

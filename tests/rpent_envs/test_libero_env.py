@@ -110,6 +110,23 @@ def test_bad_actions_are_refused(rgb_env):
         rgb_env.reset(options={"init_state_id": 50})
 
 
+def test_a_non_finite_state_reading_truncates_the_episode(rgb_env):
+    robosuite_env = rgb_env.unwrapped.libero_env.env
+    obs, _ = rgb_env.reset(seed=0)
+    # robosuite's own sensor-corruption hook: the finger positions read NaN
+    nan_reading = lambda value: np.full_like(value, np.nan)  # noqa: E731
+    robosuite_env.modify_observable("robot0_gripper_qpos", "corrupter", nan_reading)
+    try:
+        next_obs, reward, terminated, truncated, info = rgb_env.step(np.zeros(7, np.float32))
+    finally:
+        robosuite_env.modify_observable("robot0_gripper_qpos", "corrupter", lambda value: value)
+    assert truncated and not terminated and reward == 0.0
+    assert info["invalid_state"] == "state[6]=nan, state[7]=nan"
+    np.testing.assert_array_equal(next_obs["state"], obs["state"])  # the last finite state
+    obs, _ = rgb_env.reset(seed=0)
+    assert np.isfinite(obs["state"]).all()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -131,6 +131,22 @@ def test_bad_actions_and_arguments_are_refused(state_env):
         gym.make(PEG_ID, obs_mode="depth")
 
 
+def test_a_non_finite_simulator_state_truncates_the_episode(state_env):
+    obs, _ = state_env.reset(seed=0)
+    obs, _, _, _, _ = state_env.step(np.zeros(8, np.float32))
+    sim = state_env.unwrapped.maniskill_env
+    qpos = sim.agent.robot.get_qpos().clone()
+    qpos[0, 2] = float("inf")  # a contact blow-up: the physics step turns every joint NaN
+    sim.agent.robot.set_qpos(qpos)
+    next_obs, reward, terminated, truncated, info = state_env.step(np.zeros(8, np.float32))
+    assert truncated and not terminated and reward == 0.0
+    assert info["invalid_state"].startswith("state[0]=nan, state[1]=nan")
+    np.testing.assert_array_equal(next_obs["state"], obs["state"])  # the last finite state
+    assert np.isfinite(state_env.unwrapped.current_observation()["state"]).all()
+    obs, _ = state_env.reset(seed=0)
+    assert np.isfinite(obs["state"]).all()
+
+
 def test_gymnasium_and_sb3_checkers_pass(rgb_env):
     gym_check_env(rgb_env.unwrapped, skip_render_check=True)
     sb3_check_env(rgb_env.unwrapped, warn=True)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
+from non_finite_states import NaNStateAt
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import rpent_envs
@@ -100,6 +101,55 @@ def test_step_policy_is_closed_loop_and_stops_at_success(rlt_env):
     assert sum(lengths) == len(seen_states)
     assert all(length == H for length in lengths[:-1]) and 1 <= lengths[-1] <= H
     assert info["chunk_rewards"][-1] == 1.0
+
+
+def assert_finite_observation(env, obs):
+    assert obs in env.observation_space
+    assert all(np.isfinite(values).all() for values in obs.values())
+
+
+def test_a_simulator_blow_up_truncates_with_the_last_finite_state(rlt_env):
+    obs, _ = rlt_env.reset(seed=3)
+    sim = rlt_env.unwrapped.maniskill_env
+    qpos = sim.agent.robot.get_qpos().clone()
+    qpos[0, 1] = float("nan")  # the physics step spreads it to every joint
+    sim.agent.robot.set_qpos(qpos)
+    next_obs, reward, terminated, truncated, info = rlt_env.step(np.zeros(H * 8, np.float32))
+    assert truncated and not terminated and reward == 0.0
+    assert info["chunk_len"] == 1 and info["invalid_state"].startswith("state[0]=nan")
+    assert_finite_observation(rlt_env, next_obs)
+    np.testing.assert_array_equal(next_obs["proprio"], obs["proprio"])  # the reset's state
+    obs, _ = rlt_env.reset(seed=3)  # the simulator is whole again
+    assert_finite_observation(rlt_env, obs)
+
+
+def test_a_non_finite_state_from_an_unchecked_env_ends_the_chunk(rlt_env):
+    nan_below = NaNStateAt(rlt_env.env, nan_steps=(3,))
+    env = RLTObservation(nan_below, rlt_env.feature_model, chunk_len=H)
+    env.reset(seed=3)
+    obs, _, terminated, truncated, info = env.step(np.full(H * 8, 0.3, np.float32))
+    assert truncated and not terminated
+    assert (
+        info["chunk_len"] == 3 and info["step_infos"][-1]["invalid_state"] == info["invalid_state"]
+    )
+    named = "state[0]=nan, state[1]=nan, state[2]=nan, state[3]=nan"
+    assert info["invalid_state"] == f"{named} (9 non-finite entries in all)"
+    assert_finite_observation(env, obs)
+    np.testing.assert_array_equal(obs["proprio"], env.raw_observation["state"])  # after step 2
+
+
+def test_a_feature_source_returning_nan_is_refused(rlt_env):
+    class BrokenSource:
+        z_dim, chunk_len, action_dim = DIM, H_REF, 8
+
+        def rlt_features(self, observations, instructions):
+            features = rlt_env.feature_model.rlt_features(observations, instructions)
+            features.z_rl[0, 5] = np.nan
+            return features
+
+    env = RLTObservation(rlt_env.env, BrokenSource(), chunk_len=H)
+    with pytest.raises(ValueError, match=r"would hold NaN or inf \(z_rl\[0, 5\]=nan"):
+        env.reset(seed=3)
 
 
 def test_checkers_pass(rlt_env):

@@ -12,7 +12,12 @@ import torch
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import load_featurizer, save_checkpoint
 from rpent_agents.features.norm import NormStats
-from rpent_agents.features.remote import FeatureServerError, RemoteFeatureModel
+from rpent_agents.features.remote import (
+    FeatureServerError,
+    FeatureServerPolicy,
+    RemoteFeatureModel,
+    stack_observations,
+)
 from rpent_agents.rlt_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
@@ -107,6 +112,31 @@ def test_remote_features_equal_local_ones(feature_server, checkpoint):
     assert prefix.image_token_count == expected_prefix.image_token_count == 8
     chunk = feature_server.reference_chunk(obs[0], INSTRUCTION)
     np.testing.assert_allclose(chunk, expected.ref_chunk[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_non_finite_request_is_refused_and_the_server_serves_on(feature_server):
+    obs = observations(2)
+    obs[1]["state"][3] = np.nan
+    refused = r"refused the request: observation 1: 'state' holds nan at \[3\]"
+    with pytest.raises(FeatureServerError, match=refused):
+        feature_server.rlt_features(obs, [INSTRUCTION] * 2)
+    with pytest.raises(FeatureServerError, match=refused):
+        feature_server.featurize(obs, [INSTRUCTION] * 2)
+    obs[1]["state"][3] = 0.0
+    features = feature_server.rlt_features(obs, [INSTRUCTION] * 2)  # the same connection
+    assert np.isfinite(features.z_rl).all() and np.isfinite(features.ref_chunk).all()
+
+
+def test_the_server_refuses_to_answer_with_a_broken_models_output(checkpoint):
+    featurizer = load_featurizer(checkpoint)
+    with torch.no_grad():
+        featurizer.feature_model.norm.weight.fill_(np.inf)  # e.g. an overflow in the last layer
+    policy = FeatureServerPolicy(featurizer)
+    request = {"observations": stack_observations(observations(2)), "instructions": ["a", "b"]}
+    for want in ("z_rl", "prefix"):
+        reply = policy.infer({**request, "want": want})
+        assert set(reply) == {"error"}
+        assert "BuiltinVLA output 'prefix' of observation 0 holds" in reply["error"]
 
 
 def test_stock_openpi_server_gives_reference_chunks_only(stock_server):

@@ -84,3 +84,38 @@ def test_a_weights_file_for_other_sizes_or_another_file_is_refused(tmp_path):
     torch.save({"actor": {}}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a Stage 2 weights file"):
         load_weights(learner, tmp_path / "other.pt")
+
+
+def test_a_non_finite_weight_is_refused_at_save(tmp_path):
+    learner = _trained_learner()
+    save_run(learner, tmp_path / "run")
+    name = next(iter(learner.critic.state_dict()))
+    with torch.no_grad():
+        learner.critic.state_dict()[name].view(-1)[1] = float("nan")
+    tensor = rf"tensor 'critic\.{name}' holds nan at \[0, 1\]"
+    with pytest.raises(ValueError, match=rf"saving the Stage 2 run to .*{tensor}"):
+        save_run(learner, tmp_path / "run")
+    with pytest.raises(ValueError, match=rf"saving Stage 2 weights to .*{tensor}"):
+        save_weights(learner, tmp_path / "weights.pt")
+    assert not (tmp_path / "weights.pt").exists()
+    resumed, _ = resume_run(tmp_path / "run")  # the earlier save is whole
+    assert torch.isfinite(_parameters(resumed)).all()
+
+
+def test_a_non_finite_weight_on_disk_is_refused_at_load(tmp_path):
+    learner = _trained_learner()
+    learner.skipped_steps["critic"].fill_(3.0)
+    run = tmp_path / "run"
+    save_run(learner, run)
+    skipped = resume_run(run)[0].skipped_step_scalars()
+    assert skipped["train/rlt/skipped_critic_steps"] == 3.0  # the counts resume too
+    for file, part in (("learner_state.pt", "target_critic"), ("weights.pt", "actor")):
+        path = run / file
+        saved = torch.load(path, weights_only=True)
+        name = next(iter(saved[part]))
+        saved[part][name].view(-1)[0] = float("inf")
+        torch.save(saved, path)
+    with pytest.raises(ValueError, match=r"learner_state.pt: tensor 'target_critic\..*' holds inf"):
+        resume_run(run)
+    with pytest.raises(ValueError, match=r"weights.pt: tensor 'actor\..*' holds inf"):
+        load_weights(learner, run)

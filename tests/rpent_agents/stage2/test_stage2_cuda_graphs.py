@@ -123,3 +123,26 @@ def test_acting_between_graph_replays_draws_fresh_noise():
 
     assert not np.array_equal(first, second)
     assert np.abs(first - mean).max() < 0.05  # noise std 0.002 before the tanh
+
+
+def test_a_non_finite_update_is_skipped_on_the_device_as_in_the_eager_update():
+    eager = filled_learner(cuda_graphs=False)
+    graphed = filled_learner(cuda_graphs=True)
+    for learner in (eager, graphed):
+        learner.run_updates(8)  # both update kinds captured; the next one steps the actor
+        batch = learner.replay.sample(32, learner.sample_generator).to(learner.device)
+        batch.rewards[5, 0] = float("nan")  # the critic's loss only
+        batch.next_obs.z_rl[7, 2] = float("inf")  # the TD target again
+        batch.obs.proprio[2, 1] = float("nan")  # and the actor's loss
+        online = [p for module in (learner.actor, learner.critic) for p in module.parameters()]
+        before = [parameter.detach().clone() for parameter in online]
+        learner.update(batch)
+        assert all(torch.equal(p, saved) for p, saved in zip(online, before, strict=True))
+        assert learner.skipped_step_scalars() == {
+            "train/rlt/skipped_critic_steps": 1.0,
+            "train/rlt/skipped_actor_steps": 1.0,
+        }
+        learner.run_updates(9)
+        assert all(torch.isfinite(tensor).all() for tensor in network_tensors(learner))
+    assert set(graphed.captured_updates) == {UpdateKind(True, True), UpdateKind(False, True)}
+    assert_same_learning(eager, graphed)

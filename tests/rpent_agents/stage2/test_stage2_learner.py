@@ -57,6 +57,8 @@ def test_train_step_follows_the_budget_and_reports_the_reference_scalars():
         "train/rlt/critic_updates_run": 0.0,
         "train/rlt/actor_updates_run": 0.0,
         "train/rlt/pending_update_budget": 0.0,
+        "train/rlt/skipped_critic_steps": 0.0,
+        "train/rlt/skipped_actor_steps": 0.0,
     }
     learner.add_transitions(transition(0.0) for _ in range(10))
     first = learner.train_step()
@@ -76,6 +78,51 @@ def test_train_step_follows_the_budget_and_reports_the_reference_scalars():
     assert (second["train/rlt/critic_updates_run"], second["train/rlt/actor_updates_run"]) == (2, 1)
     assert second["train/rlt/ready_for_online"] == 1.0 and learner.ready_for_online
     assert learner.update_step == 6
+
+
+def _optimizer_tensors(optimizer):
+    return [value.clone() for state in optimizer.state.values() for value in state.values()]
+
+
+def test_an_update_with_a_non_finite_loss_is_skipped_counted_and_never_applied():
+    learner = _learner()
+    learner.run_updates(4)  # the next update steps the actor too
+    batch = learner.replay.sample(16, learner.sample_generator)
+    batch.obs.z_rl[3, 1] = float("nan")  # e.g. a corrupted batch: both losses are NaN
+    networks = (learner.actor, learner.critic)
+    optimizers = (learner.actor_optimizer, learner.critic_optimizer)
+    weights = [_flat(network) for network in networks]
+    moments = [_optimizer_tensors(optimizer) for optimizer in optimizers]
+    scalars = learner.update(batch)
+    assert np.isnan(scalars["critic/critic_loss"].item())
+    assert np.isnan(scalars["actor/actor_loss"].item())
+    assert all(torch.equal(_flat(n), w) for n, w in zip(networks, weights, strict=True))
+    for optimizer, saved in zip(optimizers, moments, strict=True):  # Adam's moments and steps
+        now = _optimizer_tensors(optimizer)
+        assert all(torch.equal(a, b) for a, b in zip(now, saved, strict=True))
+    assert torch.isfinite(_flat(learner.target_critic)).all()
+    assert learner.skipped_step_scalars() == {
+        "train/rlt/skipped_critic_steps": 1.0,
+        "train/rlt/skipped_actor_steps": 1.0,
+    }
+    learner.run_updates(4)  # finite batches step again
+    assert not torch.equal(_flat(learner.critic), weights[1])
+    assert all(torch.isfinite(_flat(network)).all() for network in networks)
+
+
+def test_a_td_target_that_overflows_skips_the_critic_steps_only():
+    learner = Stage2Learner(Stage2Config(**SMALL), DIMS)
+    huge = [transition(0.0) for _ in range(20)]
+    for stored in huge:
+        stored.rewards[:] = 3e38  # finite, but their discounted sum is inf
+    learner.add_transitions(huge)
+    critic_before = _flat(learner.critic)
+    learner.run_updates(8)
+    assert torch.equal(_flat(learner.critic), critic_before)
+    assert learner.skipped_step_scalars() == {
+        "train/rlt/skipped_critic_steps": 8.0,
+        "train/rlt/skipped_actor_steps": 0.0,  # the actor's loss is finite: it steps (twice)
+    }
 
 
 def test_act_returns_flat_chunks_in_the_action_box():

@@ -7,7 +7,15 @@ import pytest
 import torch
 from stage2_helpers import CHUNK_LEN, DIMS, rlt_obs, transition
 
-from rpent_agents.stage2 import ReplayBuffer, RLTDims, build_transition, vector_step_items
+from rpent_agents.stage2 import (
+    ReplayBuffer,
+    RLTDims,
+    Stage2Config,
+    Stage2Learner,
+    build_transition,
+    vector_step_items,
+)
+from rpent_envs.state_checks import INVALID_STATE_KEY
 
 
 def _info(**overrides):
@@ -62,6 +70,12 @@ def test_done_follows_termination_and_optionally_truncation(
         rlt_obs(0.0), rlt_obs(1.0), _info(), terminated, truncated, 2, truncation_ends_bootstrap
     )
     assert item.done is done
+
+
+def test_a_chunk_ended_by_a_non_finite_state_is_done_even_when_truncation_bootstraps():
+    info = _info(**{INVALID_STATE_KEY: "state[0]=nan"})
+    item = build_transition(rlt_obs(0.0), rlt_obs(1.0), info, False, True, 2, False)
+    assert item.done
 
 
 def test_missing_or_inconsistent_chunk_info_is_reported():
@@ -133,6 +147,26 @@ def test_a_transition_of_the_wrong_shape_is_refused_and_nothing_is_stored():
     assert len(buffer) == 0
     with pytest.raises(RuntimeError, match="empty"):
         buffer.sample(1)
+
+
+@pytest.mark.parametrize(
+    ("field", "bad_value"), [("z_rl", np.nan), ("rewards", np.inf), ("next_ref_chunk", -np.inf)]
+)
+def test_a_non_finite_transition_is_refused_counted_and_the_buffer_goes_on(
+    field, bad_value, tmp_path
+):
+    learner = Stage2Learner(Stage2Config(chunk_len=CHUNK_LEN, device="cpu"), DIMS)
+    broken = transition(1.0)
+    getattr(broken, field).flat[-1] = bad_value
+    assert learner.add_transitions([transition(0.0), broken, None, transition(2.0)]) == 2
+    replay = learner.replay
+    assert (len(replay), replay.total_added, replay.refused_non_finite) == (2, 2, 1)
+    assert learner.replay_scalars()["train/replay_buffer/refused_non_finite"] == 1.0
+    assert set(replay.sample(50).obs.z_rl[:, 0].tolist()) == {0.0, 2.0}
+    replay.save(tmp_path / "replay.npz")
+    restored = ReplayBuffer(DIMS, CHUNK_LEN, capacity=10)
+    restored.load(tmp_path / "replay.npz")
+    assert restored.refused_non_finite == 1
 
 
 def test_save_and_load_round_trip_in_order(tmp_path):

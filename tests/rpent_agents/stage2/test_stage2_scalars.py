@@ -29,6 +29,11 @@ REFERENCE_SCALARS = {
     "train/rlt/critic_updates_run",
     "train/rlt/pending_update_budget",
 }
+NON_FINITE_SCALARS = {
+    "train/rlt/skipped_critic_steps",
+    "train/rlt/skipped_actor_steps",
+    "train/replay/invalid_state_rate",
+}
 
 
 def test_chunk_stats_report_rates_over_chunks_and_rewards_over_stored_transitions():
@@ -36,12 +41,13 @@ def test_chunk_stats_report_rates_over_chunks_and_rewards_over_stored_transition
     stats.record({"record_transition": True, "actor_switch": True}, stored=transition(0.5))
     stats.record({"record_transition": True, "intervene_flag": True}, stored=transition(1.0))
     stats.record({"intervention_requested": np.array(True)}, stored=None)
-    stats.record({}, stored=None)
+    stats.record({"invalid_state": "state[0]=nan"}, stored=None)
     assert stats.scalars() == {
         "train/replay/record_transition_rate": 0.5,
         "train/replay/actor_switch_rate": 0.25,
         "train/replay/intervention_requested_rate": 0.25,
         "train/replay/intervention_rate": 0.25,
+        "train/replay/invalid_state_rate": 0.25,
         "train/replay/transition_count": 2.0,
         "train/replay/reward_mean": 1.5,  # chunks of 2 steps: 2 x 0.5 and 2 x 1.0
     }
@@ -81,6 +87,6 @@ def test_a_run_logs_every_reference_scalar_by_its_exact_name(tmp_path):
     events.Reload()
     names = set(events.Tags()["scalars"])
     assert REFERENCE_SCALARS <= names
-    assert names - REFERENCE_SCALARS == {"eval/episode_len"}
+    assert names - REFERENCE_SCALARS == {"eval/episode_len"} | NON_FINITE_SCALARS
     assert events.Scalars("train/rlt/critic_updates_run")[0].value == 2.0
     assert events.Scalars("env/success_once")[0].step == 40

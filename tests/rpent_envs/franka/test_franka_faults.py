@@ -2,8 +2,8 @@
 
 A NaN reaching the backend, a reflex in the middle of an action chunk and a dropped connection,
 each on franky-sim (MuJoCo FR3 on loopback; the reflex from fault_sim.py) where it can show
-it, and on the in-memory arm for what a simulation cannot produce (a NaN state reading, an
-unrecoverable error).
+it, and on the in-memory arm for what a simulation cannot produce (a NaN state reading at the
+start or at the end of a step, an unrecoverable error).
 """
 
 import signal
@@ -81,6 +81,20 @@ def test_a_nan_state_reading_never_reaches_the_arm_and_stops_it():
     assert len(backend.commanded_poses) == sent and backend.stops == 1
     with pytest.raises(gym.error.ResetNeeded):
         env.step(np.zeros(7, np.float32))
+
+
+def test_a_nan_force_reading_truncates_the_episode_with_the_arm_stopped():
+    env, backend = memory_env()
+    observation, _ = env.reset(seed=0)
+    backend.inject_sensor_glitch()  # the force estimate reads NaN from now on
+    next_observation, _, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+    assert truncated and not terminated and backend.stops == 1
+    assert info["invalid_state"].startswith("state[13]=nan, state[14]=nan")  # force, torque
+    np.testing.assert_array_equal(next_observation["state"], observation["state"])
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step(np.zeros(7, np.float32))
+    observation, _ = env.reset(seed=0)  # the recovery clears the glitch
+    assert np.isfinite(observation["state"]).all()
 
 
 def test_a_reflex_mid_chunk_ends_the_chunk_with_the_arm_stopped():
