@@ -9,7 +9,7 @@ replaces all of them as one set (`rpent_agents.atomic_save`: staging folder, fsy
 process killed at any moment leaves the previous save or the new one, never a mix and never no
 folder, and `resume_run` (like every later save) first finishes a save that was committed
 before the kill. Networks holding NaN or inf are refused at save and at load (ValueError
-naming the tensor, e.g. `critic.q_heads.0.0.weight`), so no such run is ever written or
+naming the tensor, e.g. `critic.heads.0.0.weight`), so no such run is ever written or
 continued.
 
 The package embeds one actor to act with when none is given, `DEFAULT_ACTOR_DIR`
