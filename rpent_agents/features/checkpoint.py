@@ -4,10 +4,10 @@ One folder holds the built-in VLA and its RL token; Stage 1 writes it, Stage 2 a
 `wrappers.RLTObservation` (through `load_featurizer`) read it. The embedded default ships inside
 the package (`DEFAULT_CHECKPOINT_DIR`).
 
-A save replaces the three files as one set (`rpent_agents.atomic_save`): a process killed while
-saving leaves the previous checkpoint or the new one, never a mix, and the loader finishes a
-save that was committed before the kill. A file damaged some other way (truncated by a copy,
-written by hand) is refused with a `CheckpointError` naming it, never loaded half.
+A save replaces the three files as one set (`rpent_agents.common.atomic_save`): a process
+killed while saving leaves the previous checkpoint or the new one, never a mix, and the loader
+finishes a save that was committed before the kill. A file damaged some other way (truncated
+by a copy, written by hand) is refused with a `CheckpointError` naming it, never loaded half.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from rpent_agents.atomic_save import complete_interrupted_save, staged_save
+from rpent_agents.common.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from rpent_agents.rlt_token import RLToken
+from rpent_agents.features.rl_token import RLToken
 
 Observation = Mapping[str, Any]
 

@@ -5,7 +5,7 @@ A run folder holds everything a resumed run needs to continue where it stopped:
 schedule, random states and the caller's `extra` counters), `replay.npz` (the replay buffer) and
 `weights.pt` (the actor and critic alone, loadable with `load_weights`), plus any files the
 caller adds (`rpent-stage2` adds its results). A save replaces all of them as one set
-(`rpent_agents.atomic_save`: staging folder, fsync, rename): a process killed at any moment
+(`rpent_agents.common.atomic_save`: staging folder, fsync, rename): a process killed at any moment
 leaves the previous save or the new one, never a mix and never no folder, and `resume_run`
 (like every later save) first finishes a save that was committed before the kill.
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rpent_agents.atomic_save import complete_interrupted_save, staged_save
+from rpent_agents.common.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import RLTDims

@@ -34,12 +34,10 @@ import numpy as np
 import tyro
 from tqdm import tqdm
 
-from rpent_agents.atomic_save import complete_interrupted_save
-from rpent_agents.learning_report import EvalPoint, LearningResults
-from rpent_agents.ray_rollout import RayRolloutConfig, make_ray_vector_env
-from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.rlt_evaluation import EvalResult, evaluate_on_seeds
-from rpent_agents.rlt_vector import (
+from rpent_agents.common.atomic_save import complete_interrupted_save
+from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.vector import (
     FeaturizedVectorEnv,
     discarded_envs,
     make_rlt_vector_env,
@@ -48,8 +46,10 @@ from rpent_agents.rlt_vector import (
 )
 from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
+from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import RLTDims
+from rpent_agents.stage2.results import EvalPoint, LearningResults
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
 from rpent_agents.stage2.scalar_log import ScalarLog
 from rpent_agents.stage2.transitions import build_transition, vector_step_items

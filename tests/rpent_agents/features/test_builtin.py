@@ -7,7 +7,7 @@ import torch
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig, ByteTokenizer
 from rpent_agents.features.checkpoint import load_checkpoint, load_featurizer, save_checkpoint
 from rpent_agents.features.norm import NormStats
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
 TINY = dict(image_size=32, patch_size=16, dim=32, num_layers=1, num_head_layers=1, chunk_len=4)

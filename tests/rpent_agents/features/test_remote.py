@@ -13,7 +13,7 @@ from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import load_featurizer, save_checkpoint
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.remote import FeatureServerError, RemoteFeatureModel
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
 

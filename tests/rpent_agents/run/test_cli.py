@@ -7,32 +7,17 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
-from test_franka_rlt_env import SolidColourCamera
+from agent_helpers import SolidColourCamera, tiny_checkpoint
 
 import rpent_envs
 from recorders.flywheel import export_flywheel
 from recorders.trajectory import TrajectoryReader
-from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
-from rpent_agents.features.checkpoint import load_featurizer, save_checkpoint
-from rpent_agents.features.norm import NormStats
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
-from rpent_agents.run_policy import SUMMARY_FILE, RunArgs, check_args, run_policy
+from rpent_agents.features.checkpoint import load_featurizer
+from rpent_agents.run.cli import SUMMARY_FILE, RunArgs, check_args, run_policy
 from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner, save_weights
 
 DIM, CHUNK = 32, 10
 PEG_KWARGS = json.dumps({"image_size": 32, "render_backend": "cpu"})
-
-
-def tiny_checkpoint(folder, state_dim, action_dim, chunk_len):
-    torch.manual_seed(0)
-    config = BuiltinVLAConfig(
-        state_dim=state_dim, action_dim=action_dim, chunk_len=chunk_len, image_size=32,
-        patch_size=16, dim=DIM, num_heads=2, num_layers=1, num_head_layers=1,
-    )  # fmt: skip
-    vla = BuiltinVLA(config, NormStats.identity(state_dim, action_dim))
-    save_checkpoint(folder, vla, RLToken(RLTokenConfig(dim=DIM, num_heads=2, prefix_seq_len=64)))
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +191,7 @@ def test_an_output_folder_with_a_summary_is_refused(tmp_path):
 def test_the_cli_runs_the_libero_expert_as_the_vla_stand_in(tmp_path):
     env_kwargs = json.dumps({"suite": "libero_goal", "task_id": 8, "image_size": 32})
     result = subprocess.run(
-        [sys.executable, "-m", "rpent_agents.run_policy", "--env", rpent_envs.LIBERO_ID,
+        [sys.executable, "-m", "rpent_agents.run.cli", "--env", rpent_envs.LIBERO_ID,
          "--env-kwargs", env_kwargs, "--policy", "expert", "--seeds", "1",
          "--record-trajectory", "--output-dir", str(tmp_path / "run")],
         capture_output=True, text=True,

@@ -22,11 +22,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from rpent_agents.devices import resolve_device
+from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.checkpoint import load_featurizer
-from rpent_agents.ray_vector_env import RayVectorEnv, import_ray
-from rpent_agents.rlt_envs import PegRLTConfig, RenderBackend
-from rpent_agents.rlt_vector import FeaturizedVectorEnv, RLTWorkerFactory
+from rpent_agents.rollout.ray_vector_env import RayVectorEnv, import_ray
+from rpent_agents.rollout.rlt_stack import PegRLTConfig, RenderBackend
+from rpent_agents.rollout.vector import FeaturizedVectorEnv, RLTWorkerFactory
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@
     rpent-run --env RPent/Libero-v0 --env-kwargs '{"suite": "libero_goal", "task_id": 8}' \
         --policy expert --seeds 0 1 --record-trajectory --output-dir runs/libero
 
-Each episode runs chunk by chunk (`rpent_agents.run_policies` decides each chunk,
-`rpent_agents.run_episodes` logs and executes it, in `--num-workers` processes). Before a chunk
+Each episode runs chunk by chunk (`rpent_agents.run.policies` decides each chunk,
+`rpent_agents.run.episodes` logs and executes it, in `--num-workers` processes). Before a chunk
 executes, its decision goes to the provenance channel: a tool call named after its source
 (`vla` or `actor`) with the env's instruction as argument, a prediction of the deciding model
 inside that call, and the label of the chunk's actions (source, call id, prediction id). With
@@ -33,9 +33,9 @@ from tqdm import tqdm
 
 import rpent_envs
 from recorders.record_format import write_json_atomic
-from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.run_episodes import EpisodeOutcome, run_episodes
-from rpent_agents.run_policies import ActorPolicy, ChunkPolicy, ExpertPolicy, VLAPolicy
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.run.episodes import EpisodeOutcome, run_episodes
+from rpent_agents.run.policies import ActorPolicy, ChunkPolicy, ExpertPolicy, VLAPolicy
 from wrappers.record import RecordTrajectory
 from wrappers.triggers import TriggerMode
 

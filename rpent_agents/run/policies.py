@@ -2,7 +2,7 @@
 
 Before each chunk a policy reads the raw observation (DESIGN.md §2) and the env's instruction
 and answers with a `ChunkDecision`: the chunk, who predicted it (`model`) and the source its
-actions are recorded with ("vla" or "actor"). `rpent_agents.run_policy` logs each decision as
+actions are recorded with ("vla" or "actor"). `rpent_agents.run.cli` logs each decision as
 a prediction inside a tool call named after its source, then executes the chunk.
 
 - `VLAPolicy`: the built-in feature model of a Stage 1 checkpoint; the first H actions of its
@@ -25,10 +25,10 @@ import gymnasium as gym
 import numpy as np
 
 from recorders.provenance import PredictionSource
-from rpent_agents.devices import resolve_device
+from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.builtin import CAMERA_KEYS, STATE_KEY
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
-from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_envs import LIBERO_ID, PEG_INSERTION_ID
 from wrappers.chunking import ChunkResult, StepPolicy, state_step_policy
 from wrappers.rlt import rlt_observation_space, rlt_observations

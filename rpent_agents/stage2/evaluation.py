@@ -1,11 +1,11 @@
 """Success rate of a policy on fixed reset seeds, measured on a training vector env.
 
-The workers of `rpent_agents.rlt_vector.make_rlt_vector_env` evaluate between training
+The workers of `rpent_agents.rollout.vector.make_rlt_vector_env` evaluate between training
 phases: each env runs the next held-out seed when its episode ends, until every seed has run
 once (envs left without a seed run throwaway episodes meanwhile). The expert takeover is off;
 `actor_ready=False` measures the base policy (reference chunks only), `actor_ready=True` the
 actor's chunks in the critical phase (the VLA reference outside it). An optional observer sees
-every chunk of every evaluated episode (`rpent_agents.rlt_diagnostics` builds its traces so).
+every chunk of every evaluated episode (`rpent_agents.stage2.diagnostics` builds its traces so).
 
 Example:
     >>> result = evaluate_on_seeds(envs, range(100), act=lambda obs: learner.act(obs, True),
@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from rpent_agents.rlt_vector import discarded_envs, reset_envs
+from rpent_agents.rollout.vector import discarded_envs, reset_envs
 from rpent_agents.stage2.rollout_stats import EpisodeStats
 from rpent_agents.stage2.transitions import info_of_env
 

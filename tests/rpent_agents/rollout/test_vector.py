@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import rpent_envs
-from rpent_agents.rlt_envs import PegRLTConfig, make_peg_rlt
-from rpent_agents.rlt_vector import (
+from rpent_agents.rollout.rlt_stack import PegRLTConfig, make_peg_rlt
+from rpent_agents.rollout.vector import (
     RLTWorker,
     SuppliedReference,
     make_rlt_vector_env,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-from rpent_agents.demos import CACHE_FILE, COLLECT_MANIFEST, CollectArgs, collect_peg_demos
-from rpent_agents.frame_cache import FrameCache
+from rpent_agents.stage1.collect import CACHE_FILE, COLLECT_MANIFEST, CollectArgs, collect_peg_demos
+from rpent_agents.stage1.frame_cache import FrameCache
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_cli_refuses_an_existing_output_dir(collected):
     output_dir, _ = collected
     before = sorted(p.name for p in output_dir.rglob("*"))
     result = subprocess.run(
-        [sys.executable, "-m", "rpent_agents.demos", "--output-dir", str(output_dir)],
+        [sys.executable, "-m", "rpent_agents.stage1.collect", "--output-dir", str(output_dir)],
         capture_output=True,
         text=True,
     )

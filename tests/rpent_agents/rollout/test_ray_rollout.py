@@ -21,12 +21,12 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode  # noqa: E402
 
 from rpent_agents import ray_vector_env  # noqa: E402
 from rpent_agents.features.checkpoint import load_featurizer  # noqa: E402
-from rpent_agents.learning_report import LearningResults  # noqa: E402
-from rpent_agents.ray_rollout import RayRolloutConfig  # noqa: E402
-from rpent_agents.ray_vector_env import RayVectorEnv  # noqa: E402
-from rpent_agents.rlt_envs import PegRLTConfig  # noqa: E402
-from rpent_agents.rlt_vector import NO_RESET_SEED, FeaturizedVectorEnv, RLTWorkerFactory  # noqa: E402
+from rpent_agents.rollout.ray_rollout import RayRolloutConfig  # noqa: E402
+from rpent_agents.rollout.ray_vector_env import RayVectorEnv  # noqa: E402
+from rpent_agents.rollout.rlt_stack import PegRLTConfig  # noqa: E402
+from rpent_agents.rollout.vector import NO_RESET_SEED, FeaturizedVectorEnv, RLTWorkerFactory  # noqa: E402
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner  # noqa: E402
+from rpent_agents.stage2.results import LearningResults  # noqa: E402
 from rpent_agents.stage2.train import RunState, Stage2Run, TrainArgs  # noqa: E402
 
 # Every chunk is the agent's and is stored; episodes end after 2 chunks.

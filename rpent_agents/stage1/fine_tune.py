@@ -17,8 +17,8 @@ from pathlib import Path
 from rpent_agents.features.builtin import CAMERA_KEYS, BuiltinVLA
 from rpent_agents.features.checkpoint import load_checkpoint, read_config
 from rpent_agents.features.norm import NormStats
-from rpent_agents.frame_cache import FrameCache, data_layout
-from rpent_agents.rlt_token import RLToken
+from rpent_agents.features.rl_token import RLToken
+from rpent_agents.stage1.frame_cache import FrameCache, data_layout
 
 logger = logging.getLogger(__name__)
 

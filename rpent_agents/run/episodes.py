@@ -1,6 +1,6 @@
 """`rpent-run`'s episode loop: decide, log and execute chunks, in this process or in workers.
 
-Before a chunk executes, its decision (`rpent_agents.run_policies.ChunkDecision`) goes to the
+Before a chunk executes, its decision (`rpent_agents.run.policies.ChunkDecision`) goes to the
 provenance channel: a tool call named after its source (`vla` or `actor`) with the env's
 instruction as argument, a prediction of the deciding model inside that call, and the label of
 the chunk's actions (source, call id, prediction id). A recorder in the env's stack writes them;
@@ -24,7 +24,7 @@ import gymnasium as gym
 import torch
 
 from recorders.provenance import provenance_of
-from rpent_agents.run_policies import ChunkPolicy
+from rpent_agents.run.policies import ChunkPolicy
 from wrappers.chunking import ChunkResult, execute_chunk
 from wrappers.record import RecordTrajectory, environment_verdict
 

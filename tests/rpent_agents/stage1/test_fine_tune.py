@@ -13,10 +13,10 @@ from recorders.trajectory import TaskMetadata, TrajectoryWriter
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import load_checkpoint, save_checkpoint
 from rpent_agents.features.norm import NormStats
-from rpent_agents.frame_cache import FrameCache, cache_from_lerobot, data_layout
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
-from rpent_agents.stage1 import Stage1Trainer, TrainArgs, stage1_losses
-from rpent_agents.stage1_init import check_data_fits
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
+from rpent_agents.stage1.fine_tune import check_data_fits
+from rpent_agents.stage1.frame_cache import FrameCache, cache_from_lerobot, data_layout
+from rpent_agents.stage1.train import Stage1Trainer, TrainArgs, stage1_losses
 
 IMAGE_SIZE, STATE_DIM, ACTION_DIM, DIM = 32, 9, 8, 32
 INSTRUCTION = "insert the peg in the hole"
@@ -103,7 +103,7 @@ def test_a_dataset_of_other_dims_is_refused_by_the_cli_before_training(source_ch
     frame_cache(state_dim=5).save(wrong)
     output_dir = tmp_path / "ft"
     result = subprocess.run(
-        [sys.executable, "-m", "rpent_agents.stage1", "train", "--data", str(wrong),
+        [sys.executable, "-m", "rpent_agents.stage1.train", "train", "--data", str(wrong),
          "--output-dir", str(output_dir), "--init-from", str(source_checkpoint),
          "--device", "cpu"],
         capture_output=True, text=True,

@@ -6,26 +6,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from agent_helpers import SolidColourCamera
 
 import rpent_envs
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, save_checkpoint
 from rpent_agents.features.norm import NormStats
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from wrappers.triggers import KeyboardTrigger, KeyPressQueue
 
 REFERENCE_LEN, ACTOR_LEN, ACTION_DIM, STATE_DIM, DIM = 20, 10, 7, 19, 32
-
-
-class SolidColourCamera:
-    def __init__(self, size):
-        self.size = size
-
-    def read_rgb(self):
-        return np.full((self.size, self.size, 3), 128, np.uint8)
-
-    def close(self):
-        pass
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rpent_agents.rlt_diagnostics import ChunkEnd, EpisodeTrace, diagnosis, stall_summary
+from rpent_agents.stage2.diagnostics import ChunkEnd, EpisodeTrace, diagnosis, stall_summary
 from wrappers.takeover import ExpertTakeover
 
 RADIUS = 0.04
@@ -48,7 +48,7 @@ def test_stall_summary_says_which_takeover_condition_fails():
 
 def test_cli_writes_a_report_and_a_plot(tmp_path):
     command = [
-        sys.executable, "-m", "rpent_agents.rlt_diagnostics", "--output-dir", str(tmp_path),
+        sys.executable, "-m", "rpent_agents.stage2.diagnostics", "--output-dir", str(tmp_path),
         "--num-envs", "2", "--num-episodes", "2", "--env.render-backend", "cpu",
         "--env.feature-device", "cpu", "--env.max-episode-chunks", "2",
     ]  # fmt: skip
@@ -65,6 +65,6 @@ def test_cli_writes_a_report_and_a_plot(tmp_path):
 
 @pytest.mark.parametrize("flag", ["--num-episodes", "--num-envs"])
 def test_cli_refuses_nonsense_counts(tmp_path, flag):
-    command = [sys.executable, "-m", "rpent_agents.rlt_diagnostics", flag, "zero"]
+    command = [sys.executable, "-m", "rpent_agents.stage2.diagnostics", flag, "zero"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode != 0

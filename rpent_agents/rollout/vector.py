@@ -34,9 +34,9 @@ import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from rpent_agents.devices import resolve_device
+from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.checkpoint import load_featurizer
-from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTFeatureSource, rlt_observation_space, rlt_observations
 from wrappers.takeover import ExpertTakeover
@@ -49,7 +49,7 @@ NO_RESET_SEED = -1
 MAX_SEED = 2**31 - 1
 DISCARDED_KEY = "episode_discarded"
 """Info key of the envs whose episode was lost with its worker and started over (Ray rollouts:
-`rpent_agents.ray_vector_env`); their step produced no chunk."""
+`rpent_agents.rollout.ray_vector_env`); their step produced no chunk."""
 
 
 class SuppliedReference:

@@ -5,7 +5,7 @@ detached, so `rlt_loss` trains only the RL token; `vla_loss` trains the VLA. Bot
 TensorBoard (when installed). The output folder is a checkpoint (`model.safetensors`,
 `config.json`, `norm_stats.json`) plus `training_state.pt` for resuming.
 
-Every save replaces its files as one set (`rpent_agents.atomic_save`: staging folder, fsync,
+Every save replaces its files as one set (`rpent_agents.common.atomic_save`: staging folder, fsync,
 rename): a run killed at any moment (SIGKILL, power cut) leaves the last complete save, and
 `--resume` continues from it; a run killed before its first save is refused by `--resume`
 with a message saying so.
@@ -15,7 +15,7 @@ with a message saying so.
     rpent-stage1 train --data exports/run/train --init-from checkpoints/peg --output-dir ft
 
 `--init-from` fine-tunes an existing checkpoint (its weights, shape and norm stats;
-`rpent_agents.stage1_init`).
+`rpent_agents.stage1.fine_tune`).
 
 `--data` takes a `.npz` frame cache or a LeRobot dataset folder. Only torch, numpy,
 safetensors, tyro and tqdm are needed to train from a cache (no lerobot, gymnasium or simulator).
@@ -36,8 +36,8 @@ import torch
 import tyro
 from tqdm import tqdm
 
-from rpent_agents.atomic_save import complete_interrupted_save, staged_save
-from rpent_agents.devices import resolve_device
+from rpent_agents.common.atomic_save import complete_interrupted_save, staged_save
+from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import (
     WEIGHTS_FILE,
@@ -45,9 +45,9 @@ from rpent_agents.features.checkpoint import (
     write_checkpoint_files,
 )
 from rpent_agents.features.norm import NormStats
-from rpent_agents.frame_cache import IMAGE_KEYS, FrameCache, cache_from_lerobot, load_frames
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
-from rpent_agents.stage1_init import check_data_fits, models_from_checkpoint
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
+from rpent_agents.stage1.fine_tune import check_data_fits, models_from_checkpoint
+from rpent_agents.stage1.frame_cache import IMAGE_KEYS, FrameCache, cache_from_lerobot, load_frames
 
 logger = logging.getLogger(__name__)
 TRAINING_STATE_FILE = "training_state.pt"

@@ -2,7 +2,7 @@
 
 `PegRLTConfig` holds every knob of the peg RLT stack (checkpoint, chunk length, devices,
 render backend, gate mode, expert takeover, chunk limit). The composite env, the training
-workers (`rpent_agents.rlt_vector`), training (`rpent-stage2`), evaluation (`rpent-eval-rlt`)
+workers (`rpent_agents.rollout.vector`), training (`rpent-stage2`), evaluation (`rpent-eval-rlt`)
 and the SB3 example all read it, so each knob has one name.
 
 `RPent/PegInsertion-RLT-v0` = peg env (cameras at the checkpoint's image size) ->
@@ -30,7 +30,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from rpent_agents.devices import resolve_device
+from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
 from rpent_envs import FRANKA_ID, PEG_INSERTION_ID
 from rpent_envs.franka.env import ACTION_DIM as FRANKA_ACTION_DIM

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rpent_agents.rlt_token import RLToken, RLTokenConfig, sinusoid_table
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig, sinusoid_table
 
 DIM = 32
 

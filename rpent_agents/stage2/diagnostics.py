@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import tyro
 
-from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.rlt_evaluation import EvalResult, evaluate_on_seeds
-from rpent_agents.rlt_vector import make_rlt_vector_env
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.vector import make_rlt_vector_env
+from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from wrappers.takeover import ExpertTakeover
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ what the Stage 2 loop uses `AsyncVectorEnv` (`AutoresetMode.DISABLED`) for: `ste
 `RLTWorker` does); `reset` with seeds and `options["reset_mask"]`; `set_attr`, `get_attr`,
 `call`; Gymnasium's batched infos (`_key` masks, dict values as nested dicts, `final_obs` as an
 object array). So `FeaturizedVectorEnv` wraps it as it wraps `AsyncVectorEnv`
-(`rpent_agents.ray_rollout` builds both).
+(`rpent_agents.rollout.ray_rollout` builds both).
 
 Fault tolerance: Ray restarts an actor that dies (at most its `max_restarts` times). The call
 that finds it gone, or finds a restarted actor without episodes, restores it: the attributes
@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from rpent_agents.rlt_vector import DISCARDED_KEY, NO_RESET_SEED
+from rpent_agents.rollout.vector import DISCARDED_KEY, NO_RESET_SEED
 
 logger = logging.getLogger(__name__)
 RESTART_TIMEOUT_S = 300.0

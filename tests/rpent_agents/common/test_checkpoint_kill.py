@@ -27,13 +27,13 @@ from checkpoint_savers import (
     train_stage1_forever,
 )
 
-from rpent_agents.atomic_save import COMMIT_DIR, STAGING_DIR
+from rpent_agents.common.atomic_save import COMMIT_DIR, STAGING_DIR
 from rpent_agents.features.checkpoint import (
     WEIGHTS_FILE,
     CheckpointError,
     load_checkpoint,
 )
-from rpent_agents.stage1 import TRAINING_STATE_FILE, Stage1Trainer
+from rpent_agents.stage1.train import TRAINING_STATE_FILE, Stage1Trainer
 from rpent_agents.stage2 import load_weights, resume_run, save_run
 
 KILLS = 10
@@ -44,7 +44,7 @@ REPORT_TIMEOUT_S = 120
 def forkserver():
     context = multiprocessing.get_context("forkserver")
     # Python 3.12's forkserver ignores sys.path: preload what the installed package imports.
-    context.set_forkserver_preload(["torch", "rpent_agents.stage1", "rpent_agents.stage2"])
+    context.set_forkserver_preload(["torch", "rpent_agents.stage1.train", "rpent_agents.stage2"])
     return context
 
 
@@ -186,7 +186,14 @@ def test_stage1_cli_resumes_a_killed_run_and_refuses_one_killed_before_its_first
     ]  # fmt: skip
 
     def cli(output_dir, steps):
-        command = [sys.executable, "-m", "rpent_agents.stage1", "train", "--data", str(cache_path)]
+        command = [
+            sys.executable,
+            "-m",
+            "rpent_agents.stage1.train",
+            "train",
+            "--data",
+            str(cache_path),
+        ]
         command += ["--output-dir", str(output_dir), "--steps", str(steps), "--resume", *tiny]
         return subprocess.run(command, capture_output=True, text=True)
 
