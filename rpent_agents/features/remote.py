@@ -28,6 +28,7 @@ import torch
 import tyro
 
 from rpent_agents.features.protocol import PrefixFeatures, RLTFeatures, RLTFeaturizer
+from rpent_envs.cli import command
 
 logger = logging.getLogger(__name__)
 SERVER_KIND = "rpent_feature_server"
@@ -204,8 +205,12 @@ class ServeArgs:
 
 def main() -> None:
     """Entry point of `rpent-feature-server`."""
-    args = tyro.cli(ServeArgs)
-    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    with command("rpent-feature-server"):
+        _serve(tyro.cli(ServeArgs))
+
+
+def _serve(args: ServeArgs) -> None:
+    logging.getLogger().setLevel(args.log_level)
     _require_openpi("openpi_server")
     from openpi_server import WebsocketPolicyServer
 

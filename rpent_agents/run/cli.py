@@ -36,6 +36,7 @@ from recorders.record_format import write_json_atomic
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.run.episodes import EpisodeOutcome, run_episodes
 from rpent_agents.run.policies import ActorPolicy, ChunkPolicy, ExpertPolicy, VLAPolicy
+from rpent_envs.cli import command
 from wrappers.record import RecordTrajectory
 from wrappers.triggers import TriggerMode
 
@@ -216,13 +217,9 @@ def run_policy(args: RunArgs, env: gym.Env | None = None) -> RunSummary:
 
 def main() -> None:
     """Entry point of `rpent-run`."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = tyro.cli(RunArgs)
-    try:
-        summary = run_policy(args)
-    except (FileExistsError, FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"rpent-run: {error}") from error
-    print(json.dumps(summary.to_json(with_episodes=False), indent=2))
+    with command("rpent-run"):
+        summary = run_policy(tyro.cli(RunArgs))
+        print(json.dumps(summary.to_json(with_episodes=False), indent=2))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from recorders.lerobot_io import ACTION_KEY, create_dataset, dataset_features, staged_output_dir
 from rpent_agents.stage1.frame_cache import IMAGE_KEYS, FrameCache
 from rpent_envs import PEG_INSERTION_ID
+from rpent_envs.cli import command
 from rpent_envs.image_demand import image_demand_of
 from rpent_envs.maniskill.expert import ARM_DOF, PegInsertionExpert
 
@@ -46,6 +47,10 @@ COLLECT_MANIFEST = "rpent_collect.json"
 CACHE_FILE = "frames.npz"
 FPS = 10
 Frame = dict[str, Any]
+
+
+class TooFewDemosError(RuntimeError):
+    """Fewer successful episodes than asked were found within the attempts."""
 
 
 @dataclass
@@ -298,7 +303,8 @@ def collect_peg_demos(args: CollectArgs) -> CollectReport:
     Raises:
         FileExistsError: When the output folder exists.
         ValueError: For options that do not fit together.
-        RuntimeError: When fewer successful episodes than asked were found within the attempts.
+        TooFewDemosError: When fewer successful episodes than asked were found within the
+            attempts.
     """
     _check_args(args)
     with staged_output_dir(args.output_dir) as staging:
@@ -308,7 +314,7 @@ def collect_peg_demos(args: CollectArgs) -> CollectReport:
             sink = LeRobotSink(staging, Path(args.output_dir).name, args)
         seeds_kept, seeds_failed, frame_count = _gather(args, sink)
         if len(seeds_kept) < args.num_episodes and args.max_minutes <= 0:
-            raise RuntimeError(
+            raise TooFewDemosError(
                 f"only {len(seeds_kept)} of {args.num_episodes} episodes succeeded in the"
                 f" attempts (failed seeds {seeds_failed}); raise --max-attempts"
             )
@@ -328,16 +334,12 @@ def collect_peg_demos(args: CollectArgs) -> CollectReport:
 
 def main() -> None:
     """Entry point of `rpent-collect`."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = tyro.cli(CollectArgs)
-    try:
-        report = collect_peg_demos(args)
-    except (FileExistsError, ValueError, RuntimeError) as error:
-        raise SystemExit(f"rpent-collect: {error}") from error
-    print(
-        f"wrote {len(report.seeds_kept)} episodes ({report.frames} frames) to"
-        f" {report.dataset_dir.resolve()}"
-    )
+    with command("rpent-collect"):
+        report = collect_peg_demos(tyro.cli(CollectArgs))
+        print(
+            f"wrote {len(report.seeds_kept)} episodes ({report.frames} frames) to"
+            f" {report.dataset_dir.resolve()}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ STEP_KEYS = ("state", "actions", "episode_index", "task_index")
 ARRAY_KEYS = (*IMAGE_KEYS, *STEP_KEYS, "image_step")
 
 
+class NotDemonstrationDataError(KeyError):
+    """A file or dataset lacks an array or feature that demonstration data has."""
+
+
 @dataclass
 class FrameCache:
     """Every step of a dataset as arrays; camera images for every step or for some of them.
@@ -80,13 +84,15 @@ class FrameCache:
         """Read a cache written by `save` (caches without `image_step` have every image).
 
         Raises:
-            KeyError: When the file lacks one of the arrays (not a frame cache).
+            NotDemonstrationDataError: When the file lacks one of the arrays (not a frame cache).
         """
         with np.load(Path(path)) as data:
             required = (*IMAGE_KEYS, *STEP_KEYS, "tasks")
             missing = [key for key in required if key not in data]
             if missing:
-                raise KeyError(f"{path} is not a frame cache: arrays {missing} are missing")
+                raise NotDemonstrationDataError(
+                    f"{path} is not a frame cache: arrays {missing} are missing"
+                )
             arrays = {key: data[key] for key in ARRAY_KEYS if key in data}
             tasks = [str(task) for task in data["tasks"]]
         return cls(tasks=tasks, **arrays)
@@ -129,7 +135,9 @@ def _lerobot_info(dataset_dir: Path) -> dict:
 
 def _vector_dim(shapes: dict[str, tuple[int, ...]], key: str, path: Path) -> int:
     if key not in shapes:
-        raise KeyError(f"{path} has no {key!r} (it has {sorted(shapes)}); not demonstration data")
+        raise NotDemonstrationDataError(
+            f"{path} has no {key!r} (it has {sorted(shapes)}); not demonstration data"
+        )
     return int(shapes[key][-1])
 
 
@@ -138,7 +146,7 @@ def data_layout(path: Path) -> DataLayout:
 
     Raises:
         FileNotFoundError: When a folder is not a LeRobot dataset.
-        KeyError: When the data has no `state` or `actions`.
+        NotDemonstrationDataError: When the data has no `state` or `actions`.
     """
     path = Path(path)
     if path.suffix == ".npz":
@@ -167,7 +175,7 @@ def cache_from_lerobot(dataset_dir: Path) -> FrameCache:
 
     Raises:
         FileNotFoundError: When `dataset_dir` is not a LeRobot dataset.
-        KeyError: When its frames lack a camera, `state` or `actions`.
+        NotDemonstrationDataError: When its frames lack a camera, `state` or `actions`.
     """
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -177,7 +185,7 @@ def cache_from_lerobot(dataset_dir: Path) -> FrameCache:
     names = {rpent_key(key): key for key in _lerobot_info(dataset_dir)["features"]}
     missing = [key for key in (*IMAGE_KEYS, "state", "actions") if key not in names]
     if missing:
-        raise KeyError(
+        raise NotDemonstrationDataError(
             f"{dataset_dir} has no {missing} (its features: {sorted(names.values())}); Stage 1"
             f" reads the cameras {list(IMAGE_KEYS)}, state and actions"
         )

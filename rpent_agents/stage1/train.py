@@ -48,6 +48,7 @@ from rpent_agents.features.norm import NormStats
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from rpent_agents.stage1.fine_tune import check_data_fits, models_from_checkpoint
 from rpent_agents.stage1.frame_cache import IMAGE_KEYS, FrameCache, cache_from_lerobot, load_frames
+from rpent_envs.cli import command
 
 logger = logging.getLogger(__name__)
 TRAINING_STATE_FILE = "training_state.pt"
@@ -491,13 +492,10 @@ Command = (
 
 def main() -> None:
     """Entry point of `rpent-stage1`."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = tyro.cli(Command)
-    try:
+    with command("rpent-stage1"):
+        args = tyro.cli(Command)
         result = export_cache(args) if isinstance(args, ExportCacheArgs) else train(args)
-    except (FileExistsError, FileNotFoundError, KeyError, ValueError) as error:
-        raise SystemExit(f"rpent-stage1: {error}") from error
-    logger.info("wrote %s", Path(result).resolve())
+        logger.info("wrote %s", Path(result).resolve())
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import tyro
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import make_rlt_vector_env
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
+from rpent_envs.cli import command
 from wrappers.takeover import ExpertTakeover
 
 logger = logging.getLogger(__name__)
@@ -258,8 +259,11 @@ def _policy(args: EvalRLTArgs, envs: Any) -> tuple[Any, bool]:
 
 def main() -> None:
     """Entry point of `rpent-eval-rlt`."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = tyro.cli(EvalRLTArgs)
+    with command("rpent-eval-rlt"):
+        _evaluate_and_report(tyro.cli(EvalRLTArgs))
+
+
+def _evaluate_and_report(args: EvalRLTArgs) -> None:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     result, traces = evaluate_with_traces(args)
     takeover = ExpertTakeover(expert=lambda observation: None)  # its default thresholds

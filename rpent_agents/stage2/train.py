@@ -53,6 +53,7 @@ from rpent_agents.stage2.results import EvalPoint, LearningResults
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
 from rpent_agents.stage2.scalar_log import ScalarLog
 from rpent_agents.stage2.transitions import build_transition, vector_step_items
+from rpent_envs.cli import command
 
 logger = logging.getLogger(__name__)
 RESULTS_FILE = "results.json"
@@ -496,18 +497,13 @@ PRESETS = {
 
 def main() -> None:
     """Entry point of `rpent-stage2`: a preset, then any flag to override it."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = tyro.extras.overridable_config_cli(PRESETS)
-    try:
-        results = train(args)
-    except (FileExistsError, FileNotFoundError, ImportError, ValueError) as error:
-        raise SystemExit(f"rpent-stage2: {error}") from error
-    gain = results.gain_points
-    print(
-        f"base {results.base_success_rate:.3f} -> actor {results.final_success_rate:.3f} "
-        f"({gain:+.1f} points) after {results.env_steps} env steps, "
-        f"{results.wall_time_s / 60:.1f} min; {results.stop_reason}"
-    )
+    with command("rpent-stage2"):
+        results = train(tyro.extras.overridable_config_cli(PRESETS))
+        print(
+            f"base {results.base_success_rate:.3f} -> actor {results.final_success_rate:.3f} "
+            f"({results.gain_points:+.1f} points) after {results.env_steps} env steps, "
+            f"{results.wall_time_s / 60:.1f} min; {results.stop_reason}"
+        )
 
 
 if __name__ == "__main__":

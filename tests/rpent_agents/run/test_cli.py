@@ -205,3 +205,18 @@ def test_the_cli_runs_the_libero_expert_as_the_vla_stand_in(tmp_path):
     assert {p["instruction"] for p in predictions} == {"put the bowl on the plate"}
     actions = records(task_dir, "actions.jsonl")
     assert {a["source"] for a in actions} == {"vla"} and len(actions[0]["action"]) == 7
+
+
+def test_recording_onto_a_full_disk_ends_in_one_line_naming_the_file(small_disk):
+    disk = small_disk(128)
+    result = subprocess.run(
+        [sys.executable, "-m", "rpent_agents.run.cli", "--env-kwargs", PEG_KWARGS,
+         "--policy", "expert", "--seeds", "0", "--record-trajectory",
+         "--output-dir", str(disk / "run")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    last_line = result.stderr.splitlines()[-1]
+    assert last_line.startswith("rpent-run: ") and "No space left on device" in last_line
+    assert str(disk / "run" / "trajectories") in last_line
