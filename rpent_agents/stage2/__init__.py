@@ -15,7 +15,13 @@ Example:
     False
 """
 
-from rpent_agents.stage2.checkpoint import load_weights, resume_run, save_run, save_weights
+from rpent_agents.stage2.checkpoint import (
+    load_actor,
+    load_weights,
+    resume_run,
+    save_run,
+    save_weights,
+)
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
@@ -41,6 +47,7 @@ __all__ = [
     "UpdateSchedule",
     "actor_loss_weights",
     "build_transition",
+    "load_actor",
     "load_weights",
     "resume_run",
     "save_run",
