@@ -86,7 +86,8 @@ class RLTWorker(gym.Wrapper):
     Gymnasium's vector API stacks each info key into one array, which needs the same shape in
     every env. A chunk that ends early executes fewer than H steps, so this wrapper pads
     `executed_action` to (H, A) and `chunk_rewards` to (H,) with zeros; `chunk_len` says how
-    many rows are real (`unpad_chunk_info` cuts them back). `step_infos` is dropped.
+    many rows are real (`rpent_agents.stage2.chunk_info.ChunkInfo` reads only those).
+    `step_infos` is dropped.
 
     `expert_takeover_enabled` switches the stalled-progress expert on or off from the next
     reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below.
@@ -192,19 +193,6 @@ def _find_policy_switch(env: gym.Env) -> PolicySwitch:
             raise ValueError(f"RLTWorker needs a PolicySwitch in its wrapper stack, got {env}")
         env = env.env
     return env
-
-
-def unpad_chunk_info(info: dict[str, Any]) -> dict[str, Any]:
-    """One env's `RLTWorker` info cut back to the `chunk_len` steps that ran.
-
-    `executed_action` and `chunk_rewards` lose their padding, as `build_transition` expects.
-    """
-    steps = int(info["chunk_len"])
-    return {
-        **info,
-        "executed_action": info["executed_action"][:steps],
-        "chunk_rewards": info["chunk_rewards"][:steps],
-    }
 
 
 @dataclass

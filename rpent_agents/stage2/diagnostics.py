@@ -29,6 +29,7 @@ import tyro
 
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import make_rlt_vector_env
+from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from rpent_envs.cli import command
 from wrappers.takeover import ExpertTakeover
@@ -59,19 +60,19 @@ class ChunkEnd:
     source: str | None
 
     @classmethod
-    def from_info(cls, info: Mapping[str, Any]) -> ChunkEnd:
-        """Read one chunk's info."""
-        head = np.asarray(info["peg_head_pos_at_hole"], dtype=np.float64)
-        radius = float(info["hole_radius"])
-        source = info.get("action_source")
+    def of_chunk(cls, chunk: ChunkInfo) -> ChunkEnd:
+        """The end of `chunk` (its info must report the peg task's hole signals)."""
+        head, radius = chunk.peg_head_pos_at_hole, chunk.hole_radius
+        if head is None or radius is None or chunk.hole_entry_x is None:
+            raise KeyError("rpent-eval-rlt reads the peg task's hole signals from each chunk")
         return cls(
             head_x_m=float(head[0]),
             head_y_radii=abs(float(head[1])) / radius,
             head_z_radii=abs(float(head[2])) / radius,
-            entry_x_m=float(info["hole_entry_x"]),
-            grasped=bool(info["is_grasped"]),
-            critical=bool(info["record_transition"]),
-            source=None if source is None else str(source),
+            entry_x_m=chunk.hole_entry_x,
+            grasped=chunk.is_grasped,
+            critical=chunk.record_transition,
+            source=chunk.action_source,
         )
 
 
@@ -118,9 +119,10 @@ class TraceRecorder:
     def __call__(self, seed: int, info: Mapping[str, Any], done: bool) -> None:
         """Add one chunk of the episode of `seed`."""
         trace = self.traces.setdefault(seed, EpisodeTrace(seed))
-        trace.chunks.append(ChunkEnd.from_info(info))
-        trace.length_steps += int(info["chunk_len"])
-        trace.success |= bool(info["success"])
+        chunk = ChunkInfo.from_info(info)
+        trace.chunks.append(ChunkEnd.of_chunk(chunk))
+        trace.length_steps += chunk.steps
+        trace.success |= chunk.success
 
 
 def stall_summary(chunks: list[ChunkEnd], takeover: ExpertTakeover) -> dict[str, Any]:

@@ -42,7 +42,6 @@ from rpent_agents.rollout.vector import (
     discarded_envs,
     make_rlt_vector_env,
     reset_envs,
-    unpad_chunk_info,
 )
 from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
@@ -315,7 +314,6 @@ class Stage2Run:
         items = vector_step_items(self.obs, next_obs, infos, terminated, truncated, discarded)
         kept_envs = np.flatnonzero(~discarded)
         for env_index, (obs, env_next_obs, info, ended, cut) in zip(kept_envs, items, strict=True):
-            info = unpad_chunk_info(info)
             transition = build_transition(
                 obs, env_next_obs, info, ended, cut, config.chunk_len,
                 config.truncation_ends_bootstrap, config.reference_on_interventions,

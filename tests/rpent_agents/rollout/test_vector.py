@@ -14,8 +14,8 @@ from rpent_agents.rollout.vector import (
     RLTWorker,
     SuppliedReference,
     make_rlt_vector_env,
-    unpad_chunk_info,
 )
+from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_envs.maniskill.expert import PegInsertionExpert
 from wrappers.policy_switch import PolicySwitch
 from wrappers.takeover import ExpertTakeover
@@ -96,8 +96,8 @@ def test_worker_runs_the_supplied_reference_and_pads_short_chunks(state_worker):
     assert truncated and info["chunk_len"] == 5
     assert info["executed_action"].shape == (10, 8) and info["chunk_rewards"].shape == (10,)
     assert not info["executed_action"][5:].any()
-    short = unpad_chunk_info(info)
-    assert short["executed_action"].shape == (5, 8) and short["chunk_rewards"].shape == (5,)
+    short = ChunkInfo.from_info(info)
+    assert short.executed_action.shape == (5, 8) and short.rewards.shape == (5,)
 
 
 def test_worker_switches_the_expert_per_episode(state_worker):
