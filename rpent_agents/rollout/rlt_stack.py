@@ -7,9 +7,9 @@ and the SB3 example all read it, so each knob has one name.
 
 `RPent/PegInsertion-RLT-v0` = peg env (cameras at the checkpoint's image size) ->
 `RLTObservation` (embedded default checkpoint) -> `PolicySwitch` with `AutoGate` in drop-in mode
-(`skip_inactive=True`): the VLA reference drives until the gate opens near the hole, then every
-`step` is the agent's chunk. Its keyword arguments are the fields of `PegRLTConfig` plus
-`skip_inactive` and `max_skipped_episodes`.
+(`skip_inactive=True`, whose rules `PolicySwitch` states): the VLA reference drives until the
+gate opens near the hole, then every `step` is the agent's chunk. Its keyword arguments are the
+fields of `PegRLTConfig` plus `skip_inactive` and `max_skipped_episodes`.
 
 `RPent/FrankaPegInsertion-RLT-v0` = Franka env -> `RLTObservation` (a Stage 1 checkpoint trained
 on Franka demonstrations, or a feature server; reference chunk 20, actor chunk 10) ->
