@@ -22,6 +22,7 @@ from typing import Any
 _EXPORTS: dict[str, str] = {
     # the peg RLT stack and the composite RLT envs
     "PegRLTConfig": "rpent_agents.rollout.rlt_stack",
+    "FrankaRLTConfig": "rpent_agents.rollout.rlt_stack",
     "make_peg_rlt": "rpent_agents.rollout.rlt_stack",
     "make_franka_rlt": "rpent_agents.rollout.rlt_stack",
     "RLTStackEnv": "rpent_agents.rollout.rlt_stack",

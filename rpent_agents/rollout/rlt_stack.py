@@ -12,7 +12,8 @@ gate opens near the hole, then every `step` is the agent's chunk. Its keyword ar
 fields of `PegRLTConfig` plus `skip_inactive` and `max_skipped_episodes`.
 
 `RPent/FrankaPegInsertion-RLT-v0` = Franka env -> `RLTObservation` (a Stage 1 checkpoint trained
-on Franka demonstrations, or a feature server; reference chunk 20, actor chunk 10) ->
+on Franka demonstrations, or a feature server; reference chunk 20, actor chunk 10; the knobs of
+this stack are `FrankaRLTConfig`'s) ->
 `PolicySwitch` with the operator's `KeyboardTrigger` in drop-in mode: the VLA reference drives
 until the operator presses `b`.
 
@@ -22,6 +23,7 @@ imports, so `rpent_envs` never imports `rpent_agents`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,44 +148,78 @@ def make_peg_rlt(
     return config.limit_chunks(switch)
 
 
-def _franka_feature_model(
-    checkpoint: str | None, feature_server: str | None, device: str, franka_kwargs: dict
-) -> Any:
-    """The feature model of the Franka RLT env, checked against the Franka observation."""
-    if (checkpoint is None) == (feature_server is None):
-        raise ValueError(
-            "RPent/FrankaPegInsertion-RLT-v0 needs exactly one feature source: "
-            "checkpoint=<Stage 1 folder trained on Franka demonstrations> or "
-            "feature_server='host:port' (a GPU box running rpent-feature-server)"
-        )
-    if feature_server is not None:
-        from rpent_agents.features.remote import RemoteFeatureModel
+@dataclass
+class FrankaRLTConfig:
+    """The Franka RLT stack: Franka env -> feature model -> policy switch (KeyboardTrigger).
 
-        host, _, port = feature_server.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"feature_server={feature_server!r}: give 'host:port'")
-        return RemoteFeatureModel(host, int(port))
-    vla_config = read_config(Path(checkpoint))["vla"]
-    for name, franka_value in (("state_dim", FRANKA_STATE_DIM), ("action_dim", FRANKA_ACTION_DIM)):
-        if vla_config[name] != franka_value:
+    The feature source is required, exactly one of `checkpoint` and `feature_server`; the
+    Franka env's own arguments (`host`, `backend`, cameras, `FrankaConfig` fields) are passed
+    beside it to `make_franka_rlt`.
+    """
+
+    checkpoint: Path | None = None
+    """Stage 1 checkpoint folder trained on Franka data (state 19, action 7; the reference
+    trains it with `--vla.chunk-len 20`); needs both cameras."""
+    feature_server: str | None = None
+    """"host:port" of an `rpent-feature-server` instead of a checkpoint."""
+    chunk_len: int = 10
+    """Actor chunk length H (the reference chunk may be longer)."""
+    feature_device: str = "auto"
+    """Where the checkpoint's feature model runs ("auto", "cpu", "cuda")."""
+
+    def __post_init__(self) -> None:
+        """Accept a checkpoint given as a string (gym.make kwargs, JSON)."""
+        if self.checkpoint is not None:
+            self.checkpoint = Path(self.checkpoint)
+        if self.chunk_len < 1:
+            raise ValueError(f"FrankaRLTConfig.chunk_len must be >= 1, got {self.chunk_len}")
+
+    def make_feature_model(self, franka_kwargs: dict[str, Any]) -> Any:
+        """The feature model, checked against the Franka observation of `franka_kwargs`.
+
+        Raises:
+            ValueError: Without exactly one feature source, for a malformed `host:port`, a
+                checkpoint of other sizes or a missing camera of the built-in model.
+        """
+        if (self.checkpoint is None) == (self.feature_server is None):
             raise ValueError(
-                f"checkpoint {checkpoint} was trained with {name}={vla_config[name]}, the Franka "
-                f"env has {name}={franka_value}: train Stage 1 on Franka demonstrations"
+                "RPent/FrankaPegInsertion-RLT-v0 needs exactly one feature source: "
+                "checkpoint=<Stage 1 folder trained on Franka demonstrations> or "
+                "feature_server='host:port' (a GPU box running rpent-feature-server)"
             )
-    for camera in ("camera", "wrist_camera"):
-        if franka_kwargs.get(camera, "none") == "none":
-            raise ValueError(
-                f"the built-in feature model reads image and wrist_image: pass {camera}= "
-                "('realsense' or a camera object)"
-            )
-    return load_featurizer(Path(checkpoint), resolve_device(device))
+        if self.feature_server is not None:
+            from rpent_agents.features.remote import RemoteFeatureModel
+
+            host, _, port = self.feature_server.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"feature_server={self.feature_server!r}: give 'host:port'")
+            return RemoteFeatureModel(host, int(port))
+        self._check_checkpoint_fits(franka_kwargs)
+        return load_featurizer(self.checkpoint, resolve_device(self.feature_device))
+
+    def _check_checkpoint_fits(self, franka_kwargs: dict[str, Any]) -> None:
+        vla_config = read_config(self.checkpoint)["vla"]
+        for name, franka_value in (
+            ("state_dim", FRANKA_STATE_DIM),
+            ("action_dim", FRANKA_ACTION_DIM),
+        ):
+            if vla_config[name] != franka_value:
+                raise ValueError(
+                    f"checkpoint {self.checkpoint} was trained with {name}={vla_config[name]}, "
+                    f"the Franka env has {name}={franka_value}: train Stage 1 on Franka "
+                    "demonstrations"
+                )
+        for camera in ("camera", "wrist_camera"):
+            if franka_kwargs.get(camera, "none") == "none":
+                raise ValueError(
+                    f"the built-in feature model reads image and wrist_image: pass {camera}= "
+                    "('realsense' or a camera object)"
+                )
 
 
 def make_franka_rlt(
-    checkpoint: str | None = None,
-    feature_server: str | None = None,
-    chunk_len: int = 10,
-    feature_device: str = "auto",
+    config: FrankaRLTConfig | None = None,
+    *,
     trigger: SwitchTrigger | None = None,
     skip_inactive: bool = True,
     max_skipped_episodes: int = 100,
@@ -192,11 +228,7 @@ def make_franka_rlt(
     """Build `RPent/FrankaPegInsertion-RLT-v0` (see the module doc).
 
     Args:
-        checkpoint: Stage 1 checkpoint folder trained on Franka data (state 19, action 7; the
-            reference trains it with `--vla.chunk-len 20`); needs both cameras.
-        feature_server: "host:port" of an `rpent-feature-server` instead of a checkpoint.
-        chunk_len: Actor chunk length H (10; the reference chunk may be longer).
-        feature_device: Where the checkpoint's feature model runs ("auto", "cpu", "cuda").
+        config: The stack's knobs (the feature source is required).
         trigger: Who hands control to the actor; default: `KeyboardTrigger()` (key `b`).
         skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
         max_skipped_episodes: In drop-in mode, episodes one `reset()` may run without a press.
@@ -206,8 +238,10 @@ def make_franka_rlt(
     Returns:
         The composite env; `step` takes a flat (H*7,) chunk in [-1, 1].
     """
-    feature_model = _franka_feature_model(checkpoint, feature_server, feature_device, franka_kwargs)
-    featurized = RLTObservation(gym.make(FRANKA_ID, **franka_kwargs), feature_model, chunk_len)
+    config = config or FrankaRLTConfig()
+    feature_model = config.make_feature_model(franka_kwargs)
+    franka_env = gym.make(FRANKA_ID, **franka_kwargs)
+    featurized = RLTObservation(franka_env, feature_model, config.chunk_len)
     return PolicySwitch(
         featurized,
         trigger if trigger is not None else KeyboardTrigger(),
@@ -289,7 +323,10 @@ class PegInsertionRLTEnv(RLTStackEnv):
 
 
 class FrankaPegInsertionRLTEnv(RLTStackEnv):
-    """`RPent/FrankaPegInsertion-RLT-v0`; keyword arguments: those of `make_franka_rlt`.
+    """`RPent/FrankaPegInsertion-RLT-v0`, built by `make_franka_rlt`.
+
+    Keyword arguments: the fields of `FrankaRLTConfig`, `trigger`, `skip_inactive`,
+    `max_skipped_episodes` and those of `RPent/Franka-v0`.
 
     Example:
         >>> env = gym.make("RPent/FrankaPegInsertion-RLT-v0", checkpoint="ckpt/franka",
@@ -299,4 +336,6 @@ class FrankaPegInsertionRLTEnv(RLTStackEnv):
 
     def build_stack(self, **kwargs: Any) -> gym.Env:
         """Franka env -> `RLTObservation` -> `PolicySwitch` with `KeyboardTrigger`."""
-        return make_franka_rlt(**kwargs)
+        names = {field.name for field in dataclasses.fields(FrankaRLTConfig)}
+        config = FrankaRLTConfig(**{key: kwargs.pop(key) for key in names & set(kwargs)})
+        return make_franka_rlt(config, **kwargs)

@@ -13,6 +13,7 @@ from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, save_checkpoint
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
+from rpent_agents.rollout.rlt_stack import FrankaRLTConfig, make_franka_rlt
 from wrappers.triggers import KeyboardTrigger, KeyPressQueue
 
 REFERENCE_LEN, ACTOR_LEN, ACTION_DIM, STATE_DIM, DIM = 20, 10, 7, 19, 32
@@ -106,3 +107,20 @@ def test_feature_source_and_cameras_are_checked_with_the_fix_in_the_message(fran
         make_env(franka_checkpoint, KeyPressQueue(), wrist_camera="none")
     with pytest.raises(ValueError, match="feature_server='nohost': give 'host:port'"):
         gym.make(rpent_envs.FRANKA_RLT_ID, feature_server="nohost", backend="memory")
+
+
+def test_the_stack_builds_from_its_config_as_from_the_registered_id(franka_checkpoint):
+    config = FrankaRLTConfig(checkpoint=str(franka_checkpoint), chunk_len=5, feature_device="cpu")
+    env = make_franka_rlt(
+        config,
+        trigger=KeyboardTrigger(key_source=KeyPressQueue()),
+        backend="memory",
+        camera=SolidColourCamera(32),
+        wrist_camera=SolidColourCamera(32),
+        image_size=32,
+        period_s=0.0,
+    )
+    assert env.action_space.shape == (5 * ACTION_DIM,)
+    env.close()
+    with pytest.raises(ValueError, match="FrankaRLTConfig.chunk_len must be >= 1"):
+        FrankaRLTConfig(checkpoint=str(franka_checkpoint), chunk_len=0)
