@@ -12,15 +12,15 @@ flywheel; docs/flywheel.md says how they are linked); `--key-style lerobot` name
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import tyro
 
-from recorders.flywheel import export_flywheel
+from recorders.flywheel import ExportWriteError, MixedRecordsError, export_flywheel
 from recorders.lerobot_io import KeyStyle
-from rpent_envs.cli import command
 
 
 @dataclass
@@ -45,8 +45,9 @@ class FlywheelArgs:
 
 def main() -> None:
     """Entry point of `rpent-flywheel`."""
-    with command("rpent-flywheel"):
-        args = tyro.cli(FlywheelArgs)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = tyro.cli(FlywheelArgs)
+    try:
         report = export_flywheel(
             args.input_root,
             args.output_dir,
@@ -55,9 +56,17 @@ def main() -> None:
             include_sources=args.include_sources,
             key_style=args.key_style,
         )
-        summary = report.to_json()
-        summary.pop("tasks")
-        print(json.dumps(summary, indent=2))
+    except (
+        ExportWriteError,
+        FileExistsError,
+        FileNotFoundError,
+        MixedRecordsError,
+        ValueError,
+    ) as error:
+        raise SystemExit(f"rpent-flywheel: {error}") from error
+    summary = report.to_json()
+    summary.pop("tasks")
+    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

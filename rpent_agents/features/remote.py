@@ -27,8 +27,8 @@ import numpy as np
 import torch
 import tyro
 
+from rpent_agents.common.cli import command
 from rpent_agents.features.protocol import PrefixFeatures, RLTFeatures, RLTFeaturizer
-from rpent_envs.cli import command
 
 logger = logging.getLogger(__name__)
 SERVER_KIND = "rpent_feature_server"

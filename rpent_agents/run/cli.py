@@ -33,10 +33,10 @@ from tqdm import tqdm
 
 import rpent_envs
 from recorders.record_format import write_json_atomic
+from rpent_agents.common.cli import command
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.run.episodes import EpisodeOutcome, run_episodes
 from rpent_agents.run.policies import ActorPolicy, ChunkPolicy, ExpertPolicy, VLAPolicy
-from rpent_envs.cli import command
 from wrappers.record import RecordTrajectory
 from wrappers.triggers import TriggerMode
 

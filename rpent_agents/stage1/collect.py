@@ -36,9 +36,9 @@ import tyro
 from tqdm import tqdm
 
 from recorders.lerobot_io import ACTION_KEY, create_dataset, dataset_features, staged_output_dir
+from rpent_agents.common.cli import command
 from rpent_agents.stage1.frame_cache import IMAGE_KEYS, FrameCache
 from rpent_envs import PEG_INSERTION_ID
-from rpent_envs.cli import command
 from rpent_envs.image_demand import image_demand_of
 from rpent_envs.maniskill.expert import ARM_DOF, PegInsertionExpert
 

@@ -48,7 +48,7 @@ from rpent_agents.features.norm import NormStats
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from rpent_agents.stage1.fine_tune import check_data_fits, models_from_checkpoint
 from rpent_agents.stage1.frame_cache import IMAGE_KEYS, FrameCache, cache_from_lerobot, load_frames
-from rpent_envs.cli import command
+from rpent_agents.common.cli import command
 
 logger = logging.getLogger(__name__)
 TRAINING_STATE_FILE = "training_state.pt"

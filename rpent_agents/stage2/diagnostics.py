@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 import tyro
 
+from rpent_agents.common.cli import command
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import make_rlt_vector_env
 from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
-from rpent_envs.cli import command
 from wrappers.takeover import ExpertTakeover
 
 logger = logging.getLogger(__name__)

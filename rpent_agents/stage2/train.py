@@ -35,6 +35,7 @@ import tyro
 from tqdm import tqdm
 
 from rpent_agents.common.atomic_save import complete_interrupted_save
+from rpent_agents.common.cli import command
 from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import (
@@ -52,7 +53,6 @@ from rpent_agents.stage2.results import EvalPoint, LearningResults
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
 from rpent_agents.stage2.scalar_log import ScalarLog
 from rpent_agents.stage2.transitions import build_transition, vector_step_items
-from rpent_envs.cli import command
 
 logger = logging.getLogger(__name__)
 RESULTS_FILE = "results.json"

@@ -19,8 +19,6 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rpent_envs.cli import command
-
 logger = logging.getLogger(__name__)
 
 VENVS_DIR_VARIABLE = "RPENT_VENVS_DIR"
@@ -164,12 +162,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--python", type=Path, default=None, help="base interpreter to use")
     args = parser.parse_args(argv)
-    with command("rpent-backend-venv"):
-        for backend in args.backends:
-            spec = load_spec(backend)
-            venv_dir = args.venvs_dir / spec.name if args.venvs_dir else None
-            interpreter = ensure_venv(spec, venv_dir, args.python)
-            print(f"{backend}: {interpreter}")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for backend in args.backends:
+        spec = load_spec(backend)
+        venv_dir = args.venvs_dir / spec.name if args.venvs_dir else None
+        interpreter = ensure_venv(spec, venv_dir, args.python)
+        print(f"{backend}: {interpreter}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Every `rpent-*` command ends a known error with one line `rpent-X: message`, exit status 1."""
+"""The agents' commands end a known error with one line `rpent-X: message`, exit status 1."""
 
 import subprocess
 import sys
@@ -17,7 +17,7 @@ def test_a_known_error_is_one_line_and_exit_status_one():
     result = run_python(
         """
         from recorders.record_format import RecordWriteError
-        from rpent_envs.cli import command
+        from rpent_agents.common.cli import command
 
         with command("rpent-demo"):
             try:
@@ -34,7 +34,7 @@ def test_a_key_error_of_the_library_reads_without_quotes():
     result = run_python(
         """
         from rpent_agents.stage1.frame_cache import NotDemonstrationDataError
-        from rpent_envs.cli import command
+        from rpent_agents.common.cli import command
 
         with command("rpent-demo"):
             raise NotDemonstrationDataError("data.npz has no 'state'")
@@ -43,10 +43,22 @@ def test_a_key_error_of_the_library_reads_without_quotes():
     assert (result.returncode, result.stderr) == (1, "rpent-demo: data.npz has no 'state'\n")
 
 
+def test_the_helper_imports_no_gymnasium():
+    result = run_python(
+        """
+        import sys
+        import rpent_agents.common.cli
+
+        assert "gymnasium" not in sys.modules
+        """
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_a_bug_keeps_its_traceback():
     result = run_python(
         """
-        from rpent_envs.cli import command
+        from rpent_agents.common.cli import command
 
         with command("rpent-demo"):
             raise TypeError("a bug")
@@ -83,16 +95,6 @@ BAD_INPUTS = {
         "rpent_agents.run.cli",
         ["--env", "RPent/NoSuchEnv-v0", "--seeds", "0", "--output-dir", "{tmp}/out"],
         "NoSuchEnv",
-    ),
-    "rpent-flywheel": (
-        "recorders.cli",
-        ["--input-root", "{tmp}/missing", "--output-dir", "{tmp}/out"],
-        "missing",
-    ),
-    "rpent-backend-venv": (
-        "rpent_envs.subprocess_env.venv",
-        ["robocasa", "--venvs-dir", "{tmp}", "--python", "{tmp}/no-python"],
-        "no-python",
     ),
 }
 

@@ -1,40 +1,32 @@
-"""How every `rpent-*` command starts and fails: one logging format, known errors in one line.
+"""How the agents' commands start and fail: one logging format, known errors in one line.
 
-Each command's `main()` runs inside `command(name)`. An error the library knows how to explain
-(bad input, a missing extra, a full disk, an unknown env id, any error class RPent defines)
-ends the command with the single line `name: message` on stderr and exit status 1; its
-traceback goes to the debug log only. Anything else is a bug and keeps its traceback.
+Each `main()` of `rpent-collect`, `rpent-stage1`, `rpent-stage2`, `rpent-eval-rlt`,
+`rpent-feature-server` and `rpent-run` runs inside `command(name)`. An error the library knows
+how to explain (bad input, a missing extra, a full disk, an unknown env id, any error class
+RPent defines) ends the command with the single line `name: message` on stderr and exit status
+1; its traceback goes to the debug log only. Anything else is a bug and keeps its traceback.
 
 Example:
     >>> def main() -> None:
-    ...     with command("rpent-flywheel"):
-    ...         args = tyro.cli(FlywheelArgs)
-    ...         print(export_flywheel(args.input_root, args.output_dir))
+    ...     with command("rpent-run"):
+    ...         print(run_policy(tyro.cli(RunArgs)))
 
-This module lives in `rpent_envs`, the lowest package, so that the commands of every package
-(`rpent-backend-venv`, `rpent-flywheel`, the agents' commands) share it.
+Only the standard library is imported here, so `rpent-stage1` still trains where gymnasium and
+the simulators are not installed (Gymnasium's errors are recognised by their module's name).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import subprocess
 from collections.abc import Iterator
 
-import gymnasium as gym
-
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
-# Errors the library raises with a message that names the field, file or extra and the fix
-# (a failed subprocess, e.g. a pip step, has printed its own output before).
-KNOWN_ERROR_TYPES: tuple[type[Exception], ...] = (
-    OSError,
-    ValueError,
-    ImportError,
-    gym.error.Error,
-    subprocess.CalledProcessError,
-)
-RPENT_PACKAGES = ("rpent_envs", "rpent_agents", "wrappers", "recorders")
+# Errors the library raises with a message that names the field, file or extra and the fix.
+KNOWN_ERROR_TYPES: tuple[type[Exception], ...] = (OSError, ValueError, ImportError)
+# Packages whose own error classes are known: RPent's, and Gymnasium's (`gymnasium.error`,
+# e.g. an unknown env id).
+KNOWN_ERROR_PACKAGES = ("rpent_envs", "rpent_agents", "wrappers", "recorders", "gymnasium")
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +38,10 @@ def is_known_error(error: BaseException) -> bool:
         >>> is_known_error(FileExistsError("runs/x exists")), is_known_error(TypeError("bug"))
         (True, False)
     """
-    defined_here = any(
-        cls.__module__.split(".")[0] in RPENT_PACKAGES for cls in type(error).__mro__
+    defined_by_a_known_package = any(
+        cls.__module__.split(".")[0] in KNOWN_ERROR_PACKAGES for cls in type(error).__mro__
     )
-    return defined_here or isinstance(error, KNOWN_ERROR_TYPES)
+    return defined_by_a_known_package or isinstance(error, KNOWN_ERROR_TYPES)
 
 
 def one_line(error: BaseException) -> str:
