@@ -15,8 +15,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from rpent_agents.stage1.config import TrainArgs
 from rpent_agents.stage1.frame_cache import FrameCache
-from rpent_agents.stage1.train import Stage1Trainer, TrainArgs
+from rpent_agents.stage1.trainer import Stage1Trainer
 from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner, save_run
 
 DIMS = RLTDims(z_dim=4, proprio_dim=2, ref_chunk_len=3, action_dim=2)

@@ -33,7 +33,8 @@ from rpent_agents.features.checkpoint import (
     CheckpointError,
     load_checkpoint,
 )
-from rpent_agents.stage1.train import TRAINING_STATE_FILE, Stage1Trainer
+from rpent_agents.stage1.run_state import TRAINING_STATE_FILE
+from rpent_agents.stage1.trainer import Stage1Trainer
 from rpent_agents.stage2 import load_weights, resume_run, save_run
 
 KILLS = 10

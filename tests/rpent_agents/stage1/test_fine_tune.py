@@ -14,9 +14,11 @@ from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import load_checkpoint, save_checkpoint
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
+from rpent_agents.stage1.config import TrainArgs
 from rpent_agents.stage1.fine_tune import check_data_fits
 from rpent_agents.stage1.frame_cache import FrameCache, cache_from_lerobot, data_layout
-from rpent_agents.stage1.train import Stage1Trainer, TrainArgs, stage1_losses
+from rpent_agents.stage1.losses import stage1_losses
+from rpent_agents.stage1.trainer import Stage1Trainer
 
 IMAGE_SIZE, STATE_DIM, ACTION_DIM, DIM = 32, 9, 8, 32
 INSTRUCTION = "insert the peg in the hole"

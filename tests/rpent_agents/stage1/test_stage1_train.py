@@ -13,8 +13,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from rpent_agents.features.checkpoint import load_checkpoint, load_featurizer
 from rpent_agents.stage1.collect import CollectArgs, collect_peg_demos
+from rpent_agents.stage1.config import TrainArgs
 from rpent_agents.stage1.frame_cache import FrameCache
-from rpent_agents.stage1.train import TrainArgs, build_models, random_shift, stage1_losses, train
+from rpent_agents.stage1.losses import stage1_losses
+from rpent_agents.stage1.sampler import random_shift
+from rpent_agents.stage1.trainer import build_models, train
 
 TINY_MODEL = [
     "--vla.dim", "32", "--vla.image-size", "32", "--vla.patch-size", "16", "--vla.num-layers", "1",
@@ -132,7 +135,7 @@ def test_rlt_loss_trains_only_the_rl_token(cache_path, tmp_path):
     args.vla.dim, args.vla.image_size, args.vla.patch_size, args.vla.num_layers = 32, 32, 16, 1
     cache = FrameCache.load(cache_path)
     vla, rl_token = build_models(args, cache)
-    from rpent_agents.stage1.train import DemoSampler
+    from rpent_agents.stage1.sampler import DemoSampler
 
     batch = DemoSampler(cache, vla, "cpu").random_batch(torch.arange(len(cache)), 2, 0)
     losses = stage1_losses(vla, rl_token, batch, rlt_alpha=1.0)
@@ -165,7 +168,7 @@ def test_stage1_modules_import_without_lerobot_gymnasium_or_simulator():
 
 
 def test_a_subsampled_conv_cache_trains_and_keeps_the_best_validation(tmp_path):
-    from rpent_agents.stage1.train import learning_rate_factor
+    from rpent_agents.stage1.trainer import learning_rate_factor
 
     rng = np.random.default_rng(0)
     steps_per_episode, episodes = 12, 3
