@@ -46,7 +46,6 @@ _EXPORTS: dict[str, str] = {
     "Stage2Config": "rpent_agents.stage2",
     "Stage2Learner": "rpent_agents.stage2",
     "build_transition": "rpent_agents.stage2",
-    "load_actor": "rpent_agents.stage2",
     "load_weights": "rpent_agents.stage2",
     "resume_run": "rpent_agents.stage2",
     "save_run": "rpent_agents.stage2",

@@ -157,12 +157,18 @@ class ActorPolicy:
     @classmethod
     def on_peg_stack(cls, env: gym.Env, config: PegRLTConfig, stage2_run: Path) -> ActorPolicy:
         """The actor of a Stage 2 run folder (or weights.pt) on the peg stack of `config`."""
-        from rpent_agents.stage2 import RLTDims, load_actor
+        from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner, load_weights
 
         vla = VLAPolicy(env, config.checkpoint, config.chunk_len, config.feature_device)
-        dims = RLTDims.from_observation_space(vla.space)
-        actor = load_actor(stage2_run, dims, config.chunk_len, config.feature_device)
-        return cls(vla, actor, config.make_gate(), model=f"rpent-stage2-actor:{stage2_run}")
+        learner_config = Stage2Config(
+            chunk_len=config.chunk_len,
+            device=config.feature_device,
+            replay_capacity=1,  # acting only: no replay
+            sample_window=1,
+        )
+        learner = Stage2Learner(learner_config, RLTDims.from_observation_space(vla.space))
+        load_weights(learner, stage2_run)
+        return cls(vla, learner, config.make_gate(), model=f"rpent-stage2-actor:{stage2_run}")
 
     def reset(self) -> None:
         """Close the gate (or open it at once with `trigger_mode="always_on"`)."""

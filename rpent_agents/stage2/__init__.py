@@ -15,13 +15,7 @@ Example:
     False
 """
 
-from rpent_agents.stage2.checkpoint import (
-    load_actor,
-    load_weights,
-    resume_run,
-    save_run,
-    save_weights,
-)
+from rpent_agents.stage2.checkpoint import load_weights, resume_run, save_run, save_weights
 from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner
@@ -49,7 +43,6 @@ __all__ = [
     "UpdateSchedule",
     "actor_loss_weights",
     "build_transition",
-    "load_actor",
     "load_weights",
     "resume_run",
     "save_run",

@@ -180,18 +180,3 @@ def load_weights(learner: Stage2Learner, path: Path) -> None:
     learner.actor.load_state_dict(weights["actor"])
     learner.critic.load_state_dict(weights["critic"])
     learner.target_critic.load_state_dict(learner.critic.state_dict())
-
-
-def load_actor(path: Path, dims: RLTDims, chunk_len: int, device: str = "auto") -> Stage2Learner:
-    """A learner that only acts, with the weights of `path` (a run folder or a weights file).
-
-    Its replay buffer holds one row: acting never stores transitions, so a learner loaded to
-    evaluate or drive an env allocates no training-sized buffer.
-
-    Raises:
-        ValueError: When the file is not a Stage 2 weights file or its sizes differ.
-    """
-    config = Stage2Config(chunk_len=chunk_len, device=device, replay_capacity=1, sample_window=1)
-    learner = Stage2Learner(config, dims)
-    load_weights(learner, path)
-    return learner

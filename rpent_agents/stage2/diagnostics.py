@@ -251,11 +251,12 @@ def _policy(args: EvalRLTArgs, envs: Any) -> tuple[Any, bool]:
     flat = envs.single_action_space.shape[0]
     if args.stage2_run is None:
         return (lambda obs: np.zeros((envs.num_envs, flat), np.float32)), False
-    from rpent_agents.stage2 import RLTDims, load_actor
+    from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner, load_weights
 
     dims = RLTDims.from_observation_space(envs.single_observation_space)
-    actor = load_actor(args.stage2_run, dims, args.env.chunk_len)
-    return (lambda obs: actor.act(obs, deterministic=True)), True
+    learner = Stage2Learner(Stage2Config(chunk_len=args.env.chunk_len), dims)
+    load_weights(learner, args.stage2_run)
+    return (lambda obs: learner.act(obs, deterministic=True)), True
 
 
 def main() -> None:

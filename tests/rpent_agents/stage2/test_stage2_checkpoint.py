@@ -9,7 +9,6 @@ from rpent_agents.stage2 import (
     RLTDims,
     Stage2Config,
     Stage2Learner,
-    load_actor,
     load_weights,
     resume_run,
     save_run,
@@ -74,15 +73,6 @@ def test_a_weights_file_restores_the_policy_and_critic(tmp_path):
     assert all(torch.equal(online, target) for online, target in critic_pairs)
     save_run(learner, tmp_path / "run")
     load_weights(fresh, tmp_path / "run")
-
-
-def test_an_actor_loaded_to_act_acts_as_saved_and_allocates_no_replay(tmp_path):
-    learner = Stage2Learner(Stage2Config(chunk_len=CHUNK_LEN, device="cpu", seed=3), DIMS)
-    save_run(learner, tmp_path / "run")
-    actor = load_actor(tmp_path / "run", DIMS, CHUNK_LEN, device="cpu")
-    obs = {"z_rl": np.ones((2, 4)), "proprio": np.ones((2, 2)), "ref_chunk": np.ones((2, 3, 2))}
-    np.testing.assert_array_equal(actor.act(obs, True), learner.act(obs, True))
-    assert actor.replay.capacity == 1 and learner.replay.capacity == 50000
 
 
 def test_a_weights_file_for_other_sizes_or_another_file_is_refused(tmp_path):
