@@ -40,7 +40,7 @@ import torch
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
 PI05_PATHS = ("eager", "fast", "in-process", "remote")

@@ -13,7 +13,7 @@ from pathlib import Path
 import tyro
 from matplotlib.figure import Figure
 
-from rpent_agents.learning_report import LearningResults
+from rpent_agents.stage2.results import LearningResults
 
 
 @dataclass

@@ -34,9 +34,9 @@ import ray
 import tyro
 from stage2_throughput import loop_settings, loop_speed
 
-from rpent_agents.ray_rollout import RayRolloutConfig, make_ray_vector_env
-from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.rlt_vector import FeaturizedVectorEnv, make_rlt_vector_env
+from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2 import Stage2Config
 from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2, TrainArgs, train
 

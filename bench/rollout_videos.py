@@ -23,9 +23,9 @@ import numpy as np
 import tyro
 from tqdm import tqdm
 
-from rpent_agents.devices import resolve_device
+from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.checkpoint import load_featurizer
-from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.stage2 import RLTDims, TrainedActor, load_actor
 from rpent_envs.image_demand import image_demand_of
 from wrappers.policy_switch import PolicySwitch

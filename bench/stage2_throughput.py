@@ -31,10 +31,10 @@ import tyro
 from gymnasium.vector import AsyncVectorEnv
 
 import rpent_envs
-from rpent_agents.learning_report import LearningResults
-from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.rlt_vector import FeaturizedVectorEnv, make_rlt_vector_env
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner
+from rpent_agents.stage2.results import LearningResults
 from rpent_agents.stage2.train import (
     SAMPLE_EFFICIENT_STAGE2,
     RunState,

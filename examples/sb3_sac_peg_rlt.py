@@ -26,7 +26,7 @@ import tyro
 from stable_baselines3 import SAC
 
 import rpent_envs
-from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
 
 
 @dataclass

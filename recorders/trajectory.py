@@ -3,7 +3,8 @@
 One writer records one run: every task (episode) gets its own folder
 `<output_dir>/trajectories/<task_id>/` with `task.json`, `planners.jsonl`, `predictions.jsonl`,
 `actions.jsonl` and `artifacts/` (PNG images of the pre-action observations). The writer is
-also the run's `ProvenanceLog`: planners, VLA tools and policy switches log through it.
+also the run's `ProvenanceLog` (`recorders.provenance_records`): planners, VLA tools and
+policy switches log through it.
 
 Ids (`req-N`, `call-N`, `pred-N`) are unique over the writer's whole life, so an id kept from
 an earlier task can never link to a record of the current one. An action label
@@ -29,11 +30,10 @@ import atexit
 import functools
 import logging
 import os
-import threading
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,8 @@ import numpy as np
 from recorders import record_format as fmt
 from recorders.image_writer import DEFAULT_PNG_COMPRESSION, BackgroundImageWriter, ImageWriteError
 from recorders.lerobot_io import is_image
-from recorders.provenance import ACTION_SOURCES, PREDICTION_SOURCES, ActionSource, PredictionSource
+from recorders.provenance import ActionSource
+from recorders.provenance_records import ActionLabel, ProvenanceRecords
 from recorders.record_format import RecordWriteError, TaskMetadata
 from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
 
@@ -58,16 +59,6 @@ __all__ = [
     "find_task_dirs",
 ]
 END_REASONS = ("terminated", "truncated", "reset", "closed")
-
-
-@dataclass
-class ActionLabel:
-    """Where the next executed actions come from (see `ProvenanceLog.set_action_source`)."""
-
-    source: ActionSource | None
-    call_id: str | None = None
-    prediction_id: str | None = None
-    next_index: int = 0
 
 
 def _now() -> str:
@@ -102,11 +93,12 @@ class _OpenTask:
             appender.close()
 
 
-class TrajectoryWriter:
+class TrajectoryWriter(ProvenanceRecords):
     """Records tasks of one run under `output_dir/trajectories/` and logs their provenance.
 
-    Implements `recorders.provenance.ProvenanceLog`. `RecordTrajectory` drives it from an env;
-    it can also be driven by hand (a real-robot script).
+    Implements `recorders.provenance.ProvenanceLog` (through `ProvenanceRecords`).
+    `RecordTrajectory` drives it from an env; it can also be driven by hand (a real-robot
+    script).
 
     Example:
         >>> writer = TrajectoryWriter("runs/r1", default_source="scripted")
@@ -137,18 +129,14 @@ class TrajectoryWriter:
             png_compression: zlib level of the PNG artifacts, 0 (default: fastest, ~2x the
                 disk) to 9 (smallest, slowest).
         """
-        _check_source(default_source, allow_none=True)
+        super().__init__(default_source)
         self.output_dir = Path(output_dir)
         self.trajectories_dir = self.output_dir / fmt.TRAJECTORIES_DIR
         self.trajectories_dir.mkdir(parents=True, exist_ok=True)
-        self.default_source = default_source
         self._images = BackgroundImageWriter(
             image_writer_threads, image_queue_size, png_compression
         )
-        self._lock = threading.RLock()
         self._task: _OpenTask | None = None
-        self._label = ActionLabel(default_source)
-        self._id_counts = {"req": 0, "call": 0, "pred": 0}
         self._tasks_started = 0
         self._closed = False
         # Finish the open task at interpreter exit (without keeping the writer alive).
@@ -227,15 +215,11 @@ class TrajectoryWriter:
         with self._lock:
             task = self._require_task()
             step = task.step
-            label = self._label
             images, observation_record = self._split_observation(step, observation)
             record = {
                 "step": step,
                 "action": np.asarray(action),
-                "source": label.source,
-                "call_id": label.call_id,
-                "prediction_id": label.prediction_id,
-                "index": label.next_index if label.prediction_id is not None else None,
+                **self.take_action_label(),
                 "observation": observation_record,
                 "reward": float(reward),
                 "terminated": bool(terminated),
@@ -244,8 +228,6 @@ class TrajectoryWriter:
             }
             task.actions.append(record)
             task.step += 1
-            if label.prediction_id is not None:
-                label.next_index += 1
             for relative_path, image in images:  # after the line: a failure loses no record
                 self._images.submit(task.dir / relative_path, image)
 
@@ -296,7 +278,7 @@ class TrajectoryWriter:
             finally:
                 task.close_files()
                 self._task = None
-                self._label = ActionLabel(self.default_source)
+                self.reset_action_label()
 
     def close(self) -> None:
         """Close the open task and stop the image writers (idempotent)."""
@@ -314,95 +296,6 @@ class TrajectoryWriter:
         """Raise `ImageWriteError` when a background image write failed."""
         self._images.raise_if_failed()
 
-    # ProvenanceLog -------------------------------------------------------------------------
-
-    def model_request(self, model: str, messages: Any) -> str:
-        """Log a request to a planner model; returns its request id."""
-        request_id = self._next_id("req")
-        self._log_planner("model_request", request_id=request_id, model=model, messages=messages)
-        return request_id
-
-    def model_reply(self, request_id: str, content: Any) -> None:
-        """Log the model's reply to `request_id`."""
-        self._log_planner("model_reply", request_id=request_id, content=content)
-
-    def tool_call(self, name: str, arguments: dict[str, Any], request_id: str | None = None) -> str:
-        """Log a tool call (optionally made by reply `request_id`); returns its call id."""
-        call_id = self._next_id("call")
-        self._log_planner(
-            "tool_call", call_id=call_id, name=name, arguments=arguments, request_id=request_id
-        )
-        return call_id
-
-    def tool_result(self, call_id: str, result: Any) -> None:
-        """Log what tool call `call_id` returned."""
-        self._log_planner("tool_result", call_id=call_id, result=result)
-
-    def vla_prediction(self, call_id: str | None, instruction: str, model: str) -> str:
-        """Log a VLA prediction made inside tool call `call_id` from the current observation.
-
-        Returns:
-            The prediction id, to pass to `set_action_source("vla", call_id, prediction_id)`.
-        """
-        return self.prediction(call_id, instruction, model, source="vla")
-
-    def prediction(
-        self,
-        call_id: str | None,
-        instruction: str,
-        model: str,
-        source: PredictionSource = "vla",
-    ) -> str:
-        """Log a prediction of `model` (a VLA, or the RL actor in its `actor` tool call).
-
-        Returns:
-            The prediction id, to pass to `set_action_source(source, call_id, prediction_id)`.
-
-        Raises:
-            ValueError: For a source other than "vla" and "actor".
-        """
-        if source not in PREDICTION_SOURCES:
-            raise ValueError(f"prediction source {source!r}: use one of {PREDICTION_SOURCES}")
-        with self._lock:
-            task = self._require_task()
-            prediction_id = self._next_id("pred")
-            record = {
-                "prediction_id": prediction_id,
-                "call_id": call_id,
-                "instruction": instruction,
-                "model": model,
-                "source": source,
-                "step": task.step,
-                "time": time.time(),
-            }
-            task.predictions.append(record)
-            return prediction_id
-
-    def set_action_source(
-        self,
-        source: ActionSource,
-        call_id: str | None = None,
-        prediction_id: str | None = None,
-        start_index: int = 0,
-    ) -> None:
-        """Label the actions executed from now on (until the next call or the task's end).
-
-        Args:
-            source: "vla", "scripted", "actor", "expert" or "human".
-            call_id: Tool call the actions execute.
-            prediction_id: Prediction the actions come from; their index starts at
-                `start_index` and advances by one per executed action.
-            start_index: Index within the prediction of the next executed action.
-
-        Raises:
-            ValueError: For an unknown source or a negative `start_index`.
-        """
-        _check_source(source, allow_none=False)
-        if isinstance(start_index, bool) or not isinstance(start_index, int) or start_index < 0:
-            raise ValueError(f"start_index={start_index!r}: use an int >= 0")
-        with self._lock:
-            self._label = ActionLabel(source, call_id, prediction_id, start_index)
-
     # internals -----------------------------------------------------------------------------
 
     def _require_open(self) -> None:
@@ -417,19 +310,6 @@ class TrajectoryWriter:
                 " (or TrajectoryWriter.start_task) before logging"
             )
         return self._task
-
-    def _next_id(self, kind: str) -> str:
-        with self._lock:
-            identifier = f"{kind}-{self._id_counts[kind]}"
-            self._id_counts[kind] += 1
-            return identifier
-
-    def _log_planner(self, record_type: str, **fields: Any) -> None:
-        with self._lock:
-            task = self._require_task()
-            task.planners.append(
-                {"type": record_type, **fields, "step": task.step, "time": time.time()}
-            )
 
     def _make_task_dir(self, metadata: TaskMetadata, task_id: str | None) -> Path:
         if task_id is not None:
@@ -464,10 +344,3 @@ def _close_if_alive(writer_ref: weakref.ref[TrajectoryWriter]) -> None:
         writer.close()
     except (RecordWriteError, ImageWriteError) as error:  # raised to the recording code before
         logger.warning("closing %s at exit: %s", writer.output_dir, error)
-
-
-def _check_source(source: Any, allow_none: bool) -> None:
-    if source is None and allow_none:
-        return
-    if source not in ACTION_SOURCES:
-        raise ValueError(f"action source {source!r}: use one of {ACTION_SOURCES}")

@@ -1,5 +1,11 @@
 """Everything that learns: feature models (VLAs), the RL token, Stage 1, Stage 2, composite envs.
 
+Six subpackages, each importing only those listed before it: `common` (kill-safe saves, the
+torch device, how the commands fail), `features` (feature models and the RL token), `stage1`
+(`rpent-collect`, `rpent-stage1`), `rollout` (the composite RLT stacks and their worker pools),
+`stage2` (the learner, `rpent-stage2`, evaluation, results, `rpent-eval-rlt`) and `run`
+(`rpent-run`).
+
 The public names load lazily (module `__getattr__`): `import rpent_agents` imports neither
 torch nor a simulator, `from rpent_agents import Stage2Learner` imports what that name needs.
 
@@ -16,12 +22,13 @@ from typing import Any
 
 _EXPORTS: dict[str, str] = {
     # the peg RLT stack and the composite RLT envs
-    "PegRLTConfig": "rpent_agents.rlt_envs",
-    "make_peg_rlt": "rpent_agents.rlt_envs",
-    "make_franka_rlt": "rpent_agents.rlt_envs",
-    "RLTStackEnv": "rpent_agents.rlt_envs",
-    "PegInsertionRLTEnv": "rpent_agents.rlt_envs",
-    "FrankaPegInsertionRLTEnv": "rpent_agents.rlt_envs",
+    "PegRLTConfig": "rpent_agents.rollout.rlt_stack",
+    "FrankaRLTConfig": "rpent_agents.rollout.rlt_stack",
+    "make_peg_rlt": "rpent_agents.rollout.rlt_stack",
+    "make_franka_rlt": "rpent_agents.rollout.rlt_stack",
+    "RLTStackEnv": "rpent_agents.rollout.rlt_stack",
+    "PegInsertionRLTEnv": "rpent_agents.rollout.rlt_stack",
+    "FrankaPegInsertionRLTEnv": "rpent_agents.rollout.rlt_stack",
     # feature models and the RL token
     "DEFAULT_CHECKPOINT_DIR": "rpent_agents.features",
     "FeatureModel": "rpent_agents.features",
@@ -32,8 +39,8 @@ _EXPORTS: dict[str, str] = {
     "BuiltinVLAConfig": "rpent_agents.features.builtin",
     "PI05FeatureModel": "rpent_agents.features.pi05",
     "RemoteFeatureModel": "rpent_agents.features.remote",
-    "RLToken": "rpent_agents.rlt_token",
-    "RLTokenConfig": "rpent_agents.rlt_token",
+    "RLToken": "rpent_agents.features.rl_token",
+    "RLTokenConfig": "rpent_agents.features.rl_token",
     # Stage 2 and its training on many envs
     "DEFAULT_ACTOR_DIR": "rpent_agents.stage2",
     "act_chunks": "rpent_agents.stage2",
@@ -46,9 +53,9 @@ _EXPORTS: dict[str, str] = {
     "load_weights": "rpent_agents.stage2",
     "resume_run": "rpent_agents.stage2",
     "save_run": "rpent_agents.stage2",
-    "FeaturizedVectorEnv": "rpent_agents.rlt_vector",
-    "make_rlt_vector_env": "rpent_agents.rlt_vector",
-    "evaluate_on_seeds": "rpent_agents.rlt_evaluation",
+    "FeaturizedVectorEnv": "rpent_agents.rollout.vector",
+    "make_rlt_vector_env": "rpent_agents.rollout.vector",
+    "evaluate_on_seeds": "rpent_agents.stage2.evaluation",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,7 +17,7 @@ PEG_RLT_ID = "RPent/PegInsertion-RLT-v0"
 
 # A string entry point is not an import: rpent_envs still never imports rpent_agents.
 # One step = one action chunk; the inner peg env keeps its 500-step limit.
-gym.register(id=PEG_RLT_ID, entry_point="rpent_agents.rlt_envs:PegInsertionRLTEnv")
+gym.register(id=PEG_RLT_ID, entry_point="rpent_agents.rollout.rlt_stack:PegInsertionRLTEnv")
 
 FRANKA_ID = "RPent/Franka-v0"
 
@@ -33,7 +33,7 @@ FRANKA_RLT_ID = "RPent/FrankaPegInsertion-RLT-v0"
 # Franka env -> RLTObservation -> PolicySwitch with the keyboard trigger; one step = one chunk.
 gym.register(
     id=FRANKA_RLT_ID,
-    entry_point="rpent_agents.rlt_envs:FrankaPegInsertionRLTEnv",
+    entry_point="rpent_agents.rollout.rlt_stack:FrankaPegInsertionRLTEnv",
     nondeterministic=True,
 )
 

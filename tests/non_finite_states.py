@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rpent_agents.rlt_envs import PegRLTConfig
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
 
 
 class NaNStateAt(gym.Wrapper):

@@ -68,14 +68,18 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
     critical phase is on), `rlt_policy_switch_event` (None, "enter_actor",
     "actor_already_active"), `next_action_source`. `reset()` reports the same keys.
 
-    Drop-in mode (`skip_inactive=True`) for generic RL libraries: the wrapper itself executes
-    every chunk the actor does not drive, so the library sees actor steps only. `reset()`
-    returns the first observation where the actor drives (info `skipped_chunks`,
-    `skipped_reward`). When control leaves the actor mid-episode (an expert takes over, or an
-    unlatched gate closes), the step returns `truncated=True`: the library bootstraps from
-    that observation, and rewards earned by other drivers are never credited to the actor's
-    actions. The following `reset()` (no seed) then continues that episode under the other
-    drivers until the actor is back in control, or starts new episodes.
+    Drop-in mode (`skip_inactive=True`) for generic RL libraries, the one place its rules are
+    stated: the wrapper itself executes every chunk the actor does not drive, so the library
+    sees actor steps only. `reset()` returns the first observation where the actor drives
+    (info `skipped_chunks`, `skipped_reward`), starting new episodes while one ends without
+    the actor's turn (at most `max_skipped_episodes`, then it raises); a reset that runs
+    longer than a few seconds shows a progress bar on stderr. When control leaves the actor
+    mid-episode (an expert takes over, or an unlatched gate closes), the step returns
+    `truncated=True`: the library bootstraps from that observation, and rewards earned by
+    other drivers (e.g. the expert's success) are never credited to the actor's actions. The
+    following `reset()` (no seed, no options) then continues that episode under the other
+    drivers until the actor is back in control, or starts new episodes. `actor_ready=False`
+    is refused in this mode (every chunk would be skipped).
 
     Example:
         >>> env = gym.make("RPent/PegInsertionSideWideClearance-v1", obs_mode="state")

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rpent_envs.maniskill.critical_phase import GraspStreak, HoleSignals, HoleWindow
 from wrappers.chunking import StepPolicy, state_step_policy
-from wrappers.triggers import GraspStreak, HoleSignals
 
 logger = logging.getLogger(__name__)
 
@@ -192,12 +192,7 @@ class ExpertTakeover:
             return False
         if self.require_grasp and grasp_steps < self.min_grasp_steps:
             return False
-        if self.near_hole_x_min is not None and signals.head_x_m < self.near_hole_x_min:
-            return False
-        if self.near_hole_yz_margin is None:
-            return True
-        yz_limit_m = self.near_hole_yz_margin * signals.hole_radius_m
-        return signals.head_abs_y_m <= yz_limit_m and signals.head_abs_z_m <= yz_limit_m
+        return HoleWindow(self.near_hole_x_min, self.near_hole_yz_margin).contains(signals)
 
     def _progress_of(self, signals: HoleSignals) -> ProgressRecord:
         yz_distance_m = math.hypot(signals.head_abs_y_m, signals.head_abs_z_m)

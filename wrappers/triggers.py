@@ -4,7 +4,8 @@ A trigger is asked once per action chunk, after the chunk ran, whether the actor
 chunk. `KeyboardTrigger` listens for an operator's key press (real robot or simulation);
 `AutoGate` opens on the peg-insertion critical phase computed from the env's info signals
 (`is_grasped`, `success`, `peg_head_pos_at_hole`, `hole_radius`), never from simulator
-internals, so any env that reports those signals can use it.
+internals, so any env that reports those signals can use it; the peg task reads them and
+holds the geometry of its window (`rpent_envs.maniskill.critical_phase`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import numpy as np
+
+from rpent_envs.maniskill.critical_phase import (
+    GraspStreak,
+    HoleSignals,
+    HoleWindow,
+    require_info_keys,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -236,79 +244,6 @@ class KeyboardTrigger:
         self._started = False
 
 
-@dataclass(frozen=True)
-class HoleSignals:
-    """Peg-head position relative to the hole, read from one step's info.
-
-    Attributes:
-        head_x_m: Peg head along the hole axis (hole frame; larger is deeper).
-        head_abs_y_m: |y| of the peg head in the hole frame.
-        head_abs_z_m: |z| of the peg head in the hole frame.
-        hole_radius_m: Radius of the hole.
-        success: The task is solved.
-    """
-
-    head_x_m: float
-    head_abs_y_m: float
-    head_abs_z_m: float
-    hole_radius_m: float
-    success: bool
-
-    @classmethod
-    def from_info(cls, info: Mapping[str, Any], reader: str) -> HoleSignals:
-        """Read the signals; `reader` names the component in the error for missing keys.
-
-        Raises:
-            KeyError: When the info lacks `peg_head_pos_at_hole`, `hole_radius` or `success`.
-        """
-        _require_keys(info, ("peg_head_pos_at_hole", "hole_radius", "success"), reader)
-        head_x, head_y, head_z = np.asarray(info["peg_head_pos_at_hole"], dtype=np.float64)
-        return cls(
-            float(head_x),
-            abs(float(head_y)),
-            abs(float(head_z)),
-            float(info["hole_radius"]),
-            bool(info["success"]),
-        )
-
-    def near_hole(self, x_min_m: float, yz_margin: float) -> bool:
-        """Head at or past `x_min_m` and within `yz_margin` hole radii in y and z."""
-        yz_limit_m = yz_margin * self.hole_radius_m
-        return (
-            self.head_x_m >= x_min_m
-            and self.head_abs_y_m <= yz_limit_m
-            and self.head_abs_z_m <= yz_limit_m
-        )
-
-
-def _require_keys(info: Mapping[str, Any], keys: Sequence[str], reader: str) -> None:
-    missing = [key for key in keys if key not in info]
-    if missing:
-        raise KeyError(
-            f"{reader} needs info keys {missing} from the env; envs that do not report them "
-            "(e.g. a real robot) switch with KeyboardTrigger instead"
-        )
-
-
-class GraspStreak:
-    """Counts the consecutive steps (up to now) in which `info["is_grasped"]` was true."""
-
-    def __init__(self) -> None:
-        """Start at zero."""
-        self.steps = 0
-
-    def reset(self) -> None:
-        """Forget the streak (a new episode)."""
-        self.steps = 0
-
-    def observe(self, step_infos: Sequence[Mapping[str, Any]], reader: str) -> int:
-        """Extend the streak with each step's grasp flag, in order; returns the streak."""
-        for info in step_infos:
-            _require_keys(info, ("is_grasped",), reader)
-            self.steps = self.steps + 1 if bool(info["is_grasped"]) else 0
-        return self.steps
-
-
 class AutoGate:
     """Automatic critical-phase gate of peg insertion (reference RLT defaults).
 
@@ -409,13 +344,13 @@ class AutoGate:
             return False
         if self.require_not_success and signals.success:
             return False
-        return signals.near_hole(self.near_hole_x_min, self.near_hole_yz_margin)
+        return HoleWindow(self.near_hole_x_min, self.near_hole_yz_margin).contains(signals)
 
     def grasp_missed(self, info: Mapping[str, Any]) -> bool:
         """The missed-grasp entry: `missed_grasp_chunks` ungrasped chunks, not yet solved."""
         if self.missed_grasp_chunks is None or self.ungrasped_chunks < self.missed_grasp_chunks:
             return False
-        _require_keys(info, ("success",), "AutoGate")
+        require_info_keys(info, ("success",), "AutoGate")
         return not bool(info["success"])
 
     def close(self) -> None:

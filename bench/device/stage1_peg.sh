@@ -18,16 +18,16 @@ mkdir -p "$out"
 source bench/device/gpu_env.sh
 demos=/dev/shm/rpent_demos
 rm -rf "$demos" /tmp/ckpt
-python3 -m rpent_agents.demos --output-dir "$demos" --num-episodes 20000 --max-attempts 40000 \
+python3 -m rpent_agents.stage1.collect --output-dir "$demos" --num-episodes 20000 --max-attempts 40000 \
   --seed 1000 --image-size 128 --npz-cache --num-workers "$workers" --render-backend "$RENDER" \
   --action-noise-std 0.2 --image-every 3 --max-minutes "$collect_minutes" \
   2>&1 | progress_free > "$out/stage1.log"
-python3 -m rpent_agents.stage1 train --data "$demos/frames.npz" --output-dir /tmp/ckpt \
+python3 -m rpent_agents.stage1.train train --data "$demos/frames.npz" --output-dir /tmp/ckpt \
   --steps 200000 --batch-size 256 --device "$DEVICE" --weights-dtype bfloat16 \
   --max-minutes "$train_minutes" --val-episodes "${VAL_EPISODES:-40}" --log-every 250 \
   --save-every 5000 2>&1 | progress_free >> "$out/stage1.log"
 rm -rf "$demos"
-python3 -m rpent_agents.rlt_diagnostics --env.checkpoint /tmp/ckpt --env.render-backend "$RENDER" \
+python3 -m rpent_agents.stage2.diagnostics --env.checkpoint /tmp/ckpt --env.render-backend "$RENDER" \
   --env.feature-device "$DEVICE" --num-envs "$workers" --num-episodes "$eval_seeds" \
   --output-dir "$out/eval_base" 2>&1 | progress_free >> "$out/stage1.log"
 cp /tmp/ckpt/config.json /tmp/ckpt/norm_stats.json "$out/"

@@ -29,7 +29,7 @@ from torch import nn
 
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import PrefixFeatures
-from rpent_agents.rlt_token import PreLNBlock, sinusoid_table
+from rpent_agents.features.rl_token import PreLNBlock, sinusoid_table
 
 CAMERA_KEYS = ("image", "wrist_image")
 STATE_KEY = "state"

@@ -4,12 +4,12 @@ One folder holds the built-in VLA and its RL token; Stage 1 writes it, Stage 2 a
 `wrappers.RLTObservation` (through `load_featurizer`) read it. The embedded default ships inside
 the package (`DEFAULT_CHECKPOINT_DIR`).
 
-A save replaces the three files as one set (`rpent_agents.atomic_save`): a process killed while
-saving leaves the previous checkpoint or the new one, never a mix, and the loader finishes a
-save that was committed before the kill. A file damaged some other way (truncated by a copy,
-written by hand) is refused with a `CheckpointError` naming it, never loaded half. Weights
-holding NaN or inf are refused at save (ValueError) and at load (`CheckpointError`), the
-message naming the tensor.
+A save replaces the three files as one set (`rpent_agents.common.atomic_save`): a process
+killed while saving leaves the previous checkpoint or the new one, never a mix, and the loader
+finishes a save that was committed before the kill. A file damaged some other way (truncated
+by a copy, written by hand) is refused with a `CheckpointError` naming it, never loaded half.
+Weights holding NaN or inf are refused at save (ValueError) and at load (`CheckpointError`),
+the message naming the tensor.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from rpent_agents.atomic_save import complete_interrupted_save, staged_save
+from rpent_agents.common.atomic_save import complete_interrupted_save, staged_save
+from rpent_agents.common.finite_checks import require_finite_tensors
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
-from rpent_agents.finite_checks import require_finite_tensors
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"

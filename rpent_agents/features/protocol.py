@@ -17,8 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from rpent_agents.finite_checks import require_finite_observations, require_finite_outputs
-from rpent_agents.rlt_token import RLToken
+from rpent_agents.common.finite_checks import require_finite_observations, require_finite_outputs
+from rpent_agents.features.rl_token import RLToken
 
 Observation = Mapping[str, Any]
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import tyro
 
+from rpent_agents.common.cli import command
 from rpent_agents.features.protocol import PrefixFeatures, RLTFeatures, RLTFeaturizer
 
 logger = logging.getLogger(__name__)
@@ -222,8 +223,12 @@ class ServeArgs:
 
 def main() -> None:
     """Entry point of `rpent-feature-server`."""
-    args = tyro.cli(ServeArgs)
-    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
+    with command("rpent-feature-server"):
+        _serve(tyro.cli(ServeArgs))
+
+
+def _serve(args: ServeArgs) -> None:
+    logging.getLogger().setLevel(args.log_level)
     _require_openpi("openpi_server")
     from openpi_server import WebsocketPolicyServer
 

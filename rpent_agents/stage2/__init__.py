@@ -1,7 +1,12 @@
 """Stage 2 of RLT: the actor-critic on frozen RL-token features (DESIGN.md §4).
 
-Needs only torch and numpy (TensorBoard logging also needs tensorboard), so a learner can run
-on a machine without the simulators.
+The learner (`networks`, `losses`, `replay`, `schedules`, `learner`, `config`, `checkpoint`)
+and what turns env steps into its data (`chunk_info`, `transitions`, `rollout_stats`,
+`scalar_log`) need only torch and numpy (TensorBoard logging also needs tensorboard), so a
+learner can run on a machine without the simulators; the names below are theirs. The training
+run on the peg envs of `rpent_agents.rollout` is `train` (`rpent-stage2`), its success rate on
+held-out seeds `evaluation`, its `results.json` `results`, and `diagnostics` is
+`rpent-eval-rlt` (where episodes fail); these import the simulators and load on their own.
 
 Example:
     >>> from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner
@@ -19,6 +24,7 @@ from rpent_agents.stage2.checkpoint import (
     save_run,
     save_weights,
 )
+from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner, act_chunks
 from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
@@ -31,6 +37,7 @@ from rpent_agents.stage2.transitions import build_transition, vector_step_items
 __all__ = [
     "DEFAULT_ACTOR_DIR",
     "Actor",
+    "ChunkInfo",
     "ChunkStats",
     "EpisodeStats",
     "RLTBatch",

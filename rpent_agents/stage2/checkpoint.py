@@ -5,12 +5,12 @@ A run folder holds everything a resumed run needs to continue where it stopped:
 schedule, random states and the caller's `extra` counters), `replay.npz` (the replay buffer) and
 `weights.pt` (the actor and critic alone, loadable with `load_weights`, or the actor to act
 with `load_actor`), plus any files the caller adds (`rpent-stage2` adds its results). A save
-replaces all of them as one set (`rpent_agents.atomic_save`: staging folder, fsync, rename): a
-process killed at any moment leaves the previous save or the new one, never a mix and never no
-folder, and `resume_run` (like every later save) first finishes a save that was committed
-before the kill. Networks holding NaN or inf are refused at save and at load (ValueError
-naming the tensor, e.g. `critic.heads.0.0.weight`), so no such run is ever written or
-continued.
+replaces all of them as one set (`rpent_agents.common.atomic_save`: staging folder, fsync,
+rename): a process killed at any moment leaves the previous save or the new one, never a mix
+and never no folder, and `resume_run` (like every later save) first finishes a save that was
+committed before the kill. Networks holding NaN or inf are refused at save and at load
+(ValueError naming the tensor, e.g. `critic.heads.0.0.weight`), so no such run is ever
+written or continued.
 
 The package embeds one actor to act with when none is given, `DEFAULT_ACTOR_DIR`
 (`rpent_agents/stage2/default_actor/`: `weights.pt` and `results.json`, its success on the
@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rpent_agents.atomic_save import complete_interrupted_save, staged_save
-from rpent_agents.finite_checks import require_finite_tensors
+from rpent_agents.common.atomic_save import complete_interrupted_save, staged_save
+from rpent_agents.common.finite_checks import require_finite_tensors
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner, act_chunks
 from rpent_agents.stage2.networks import Actor, RLTDims, TwinQCritic

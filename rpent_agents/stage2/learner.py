@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from rpent_agents.devices import resolve_device
+from rpent_agents.common.devices import resolve_device
 from rpent_agents.stage2 import losses
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rpent_agents.finite_checks import first_non_finite_entry
+from rpent_agents.common.finite_checks import first_non_finite_entry
 from rpent_agents.stage2.networks import RLTDims, RLTObs
 
 logger = logging.getLogger(__name__)

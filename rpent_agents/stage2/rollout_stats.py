@@ -4,9 +4,9 @@
 `EpisodeStats` gives `env/success_once` and `env/episode_len` (or `eval/...`) over the episodes
 finished since its last report; `RolloutDiagnostics` gives the `diag/...` scalars (Q of
 successful against failed episodes, the actor's distance from the reference, where critical
-chunks end). All read the RLT env's per-chunk info (`record_transition`, `actor_switch`,
-`intervention_requested`, `intervene_flag`, `invalid_state`, `success`, `chunk_len`,
-`peg_head_pos_at_hole`).
+chunks end). All read the RLT env's per-chunk info through `ChunkInfo` (`record_transition`,
+`actor_switch`, `intervention_requested`, `intervene_flag`, `invalid_state`, `success`,
+`chunk_len`, `critical_phase`, `peg_head_pos_at_hole`).
 """
 
 from __future__ import annotations
@@ -16,19 +16,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.replay import RLTTransition
 
+# ChunkInfo flag -> the rate's scalar name
 _CHUNK_FLAGS = {
     "record_transition": "record_transition_rate",
     "actor_switch": "actor_switch_rate",
     "intervention_requested": "intervention_requested_rate",
-    "intervene_flag": "intervention_rate",
-    "invalid_state": "invalid_state_rate",  # a str naming the NaN entries: the chunk ended there
+    "intervened": "intervention_rate",
+    "invalid_state": "invalid_state_rate",  # the chunk ended on a non-finite state
 }
-
-
-def _flag(info: Mapping[str, Any], key: str) -> bool:
-    return bool(np.any(info.get(key, False)))
 
 
 class ChunkStats:
@@ -53,8 +51,9 @@ class ChunkStats:
     def record(self, info: Mapping[str, Any], stored: RLTTransition | None) -> None:
         """Count one stepped chunk and, when it was stored, its transition."""
         self.chunks += 1
+        chunk = ChunkInfo.from_info(info)
         for key in _CHUNK_FLAGS:
-            self.flag_counts[key] += _flag(info, key)
+            self.flag_counts[key] += getattr(chunk, key)
         if stored is not None:
             self.transition_count += 1
             self.reward_sum += float(np.sum(stored.rewards))
@@ -105,11 +104,11 @@ class EpisodeStats:
 
     def record(self, env_index: int, info: Mapping[str, Any], done: bool) -> None:
         """Add one chunk of env `env_index`; `done` closes its episode."""
-        steps = int(info.get("chunk_len", 1))
-        self.success_once[env_index] |= _flag(info, "success")
-        self.length_steps[env_index] += steps
-        if _flag(info, "critical_phase" if "critical_phase" in info else "record_transition"):
-            self.critical_steps[env_index] += steps
+        chunk = ChunkInfo.from_info(info)
+        self.success_once[env_index] |= chunk.success
+        self.length_steps[env_index] += chunk.steps
+        if chunk.critical_phase:
+            self.critical_steps[env_index] += chunk.steps
         if done:
             self.finished.append(
                 FinishedEpisode(
@@ -198,17 +197,18 @@ class RolloutDiagnostics:
             q_value: Q of its stored transition (None: not stored).
             done: The chunk ended the episode.
         """
-        if _flag(info, "actor_switch"):
+        chunk = ChunkInfo.from_info(info)
+        if chunk.actor_switch:
             ref = np.asarray(obs["ref_chunk"])
-            chunk = np.asarray(action).reshape(-1, ref.shape[-1])
-            self.actor_ref_sq.append(float(np.mean((chunk - ref[: len(chunk)]) ** 2)))
-        if _flag(info, "record_transition") and "peg_head_pos_at_hole" in info:
-            head = np.asarray(info["peg_head_pos_at_hole"], np.float64)
-            self.past_face_m.append(float(head[0] - info["hole_entry_x"]))
-            self.yz_radii.append(float(np.max(np.abs(head[1:]))) / float(info["hole_radius"]))
+            actor_chunk = np.asarray(action).reshape(-1, ref.shape[-1])
+            self.actor_ref_sq.append(float(np.mean((actor_chunk - ref[: len(actor_chunk)]) ** 2)))
+        head = chunk.peg_head_pos_at_hole
+        if chunk.record_transition and head is not None:
+            self.past_face_m.append(float(head[0] - chunk.hole_entry_x))
+            self.yz_radii.append(float(np.max(np.abs(head[1:]))) / chunk.hole_radius)
         if q_value is not None:
             self.episode_q[env_index].append(q_value)
-        self.episode_success[env_index] |= _flag(info, "success")
+        self.episode_success[env_index] |= chunk.success
         if done:
             success = bool(self.episode_success[env_index])
             if self.episode_q[env_index]:

@@ -34,23 +34,23 @@ import numpy as np
 import tyro
 from tqdm import tqdm
 
-from rpent_agents.atomic_save import complete_interrupted_save
-from rpent_agents.learning_report import EvalPoint, LearningResults
-from rpent_agents.ray_rollout import RayRolloutConfig, make_ray_vector_env
-from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.rlt_evaluation import EvalResult, evaluate_on_seeds
-from rpent_agents.rlt_vector import (
+from rpent_agents.common.atomic_save import complete_interrupted_save
+from rpent_agents.common.cli import command
+from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.vector import (
     FeaturizedVectorEnv,
     discarded_envs,
     make_rlt_vector_env,
     reset_envs,
-    unpad_chunk_info,
 )
 from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
+from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.loop_profile import LoopProfile
 from rpent_agents.stage2.networks import RLTDims
+from rpent_agents.stage2.results import EvalPoint, LearningResults
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
 from rpent_agents.stage2.scalar_log import ScalarLog
 from rpent_agents.stage2.transitions import build_transition, vector_step_items
@@ -341,7 +341,6 @@ class Stage2Run:
         items = vector_step_items(self.obs, next_obs, infos, terminated, truncated, discarded)
         kept_envs = np.flatnonzero(~discarded)
         for env_index, (obs, env_next_obs, info, ended, cut) in zip(kept_envs, items, strict=True):
-            info = unpad_chunk_info(info)
             transition = build_transition(
                 obs, env_next_obs, info, ended, cut, config.chunk_len,
                 config.truncation_ends_bootstrap, config.reference_on_interventions,
@@ -547,18 +546,13 @@ PRESETS = {
 
 def main() -> None:
     """Entry point of `rpent-stage2`: a preset, then any flag to override it."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = tyro.extras.overridable_config_cli(PRESETS)
-    try:
-        results = train(args)
-    except (FileExistsError, FileNotFoundError, ImportError, ValueError) as error:
-        raise SystemExit(f"rpent-stage2: {error}") from error
-    gain = results.gain_points
-    print(
-        f"base {results.base_success_rate:.3f} -> actor {results.final_success_rate:.3f} "
-        f"({gain:+.1f} points) after {results.env_steps} env steps, "
-        f"{results.wall_time_s / 60:.1f} min; {results.stop_reason}"
-    )
+    with command("rpent-stage2"):
+        results = train(tyro.extras.overridable_config_cli(PRESETS))
+        print(
+            f"base {results.base_success_rate:.3f} -> actor {results.final_success_rate:.3f} "
+            f"({results.gain_points:+.1f} points) after {results.env_steps} env steps, "
+            f"{results.wall_time_s / 60:.1f} min; {results.stop_reason}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Turning one step of the RLT env (one executed chunk) into a replay transition.
 
-The RLT env (`RPent/PegInsertion-RLT-v0`) steps a whole chunk and reports in `info`:
-`record_transition` (the chunk belongs to the critical phase and is stored), `executed_action`
-(n, A) and `chunk_rewards` (n,) of the n <= H steps that ran, `chunk_len` (n),
-`intervene_flag` (a human or expert drove the chunk), and `invalid_state` when the chunk
-ended on a non-finite state. Observations are Dicts of `z_rl`, `proprio` and `ref_chunk`.
+The RLT env (`RPent/PegInsertion-RLT-v0`) steps a whole chunk and reports it in `info`, read
+through `ChunkInfo`: `record_transition` (the chunk belongs to the critical phase and is
+stored), `executed_action` (n, A) and `chunk_rewards` (n,) of the n <= H steps that ran (a
+training worker's padded rows are cut at n), `chunk_len` (n), `intervene_flag` (a human or
+expert drove the chunk), and `invalid_state` when the chunk ended on a non-finite state.
+Observations are Dicts of `z_rl`, `proprio` and `ref_chunk`. The transition pads the chunk to
+H steps: the last executed action, zero rewards.
 
 With a vector env, `vector_step_items` splits the batched observations and infos per env.
 """
@@ -16,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.replay import RLTTransition
 
 RLT_OBS_KEYS = ("z_rl", "proprio", "ref_chunk")
-INVALID_STATE_KEY = "invalid_state"
-"""`rpent_envs.state_checks.INVALID_STATE_KEY` (Stage 2 imports nothing of `rpent_envs`)."""
 
 
 def _pad_steps(values: np.ndarray, chunk_len: int, mode: str) -> np.ndarray:
@@ -30,28 +31,6 @@ def _pad_steps(values: np.ndarray, chunk_len: int, mode: str) -> np.ndarray:
         return values
     pad_width = [(0, missing)] + [(0, 0)] * (values.ndim - 1)
     return np.pad(values, pad_width, mode=mode)
-
-
-def _chunk_from_info(
-    info: Mapping[str, Any], chunk_len: int, action_dim: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Executed actions (n, A), rewards (n,) and intervened steps (n,) of one chunk info."""
-    try:
-        executed = np.asarray(info["executed_action"], np.float32).reshape(-1, action_dim)
-        rewards = np.asarray(info["chunk_rewards"], np.float32).reshape(-1)
-    except KeyError as missing:
-        raise KeyError(
-            f"RLT chunk info lacks {missing}; step the env through the RLT observation and "
-            "policy-switch wrappers (RPent/PegInsertion-RLT-v0)"
-        ) from None
-    steps = int(info.get("chunk_len", len(rewards)))
-    if not 1 <= steps <= chunk_len or executed.shape[0] != steps or len(rewards) != steps:
-        raise ValueError(
-            f"chunk info has chunk_len {steps}, executed_action {executed.shape} and "
-            f"chunk_rewards {rewards.shape}; expected 1..{chunk_len} steps of {action_dim} actions"
-        )
-    intervened = np.zeros(steps, bool) | np.asarray(info.get("intervene_flag", False), bool)
-    return executed, rewards, intervened
 
 
 def build_transition(
@@ -85,12 +64,13 @@ def build_transition(
     Returns:
         The transition, or None when `info["record_transition"]` is false or missing.
     """
-    if not bool(info.get("record_transition", False)):
+    chunk = ChunkInfo.from_info(info)
+    if not chunk.record_transition:
         return None
     action_dim = int(np.asarray(obs["ref_chunk"]).shape[-1])
-    executed, rewards, intervened = _chunk_from_info(info, chunk_len, action_dim)
+    executed, rewards = chunk.executed_steps(chunk_len, action_dim)
+    intervened = chunk.intervened_steps
     ref_chunk = np.array(obs["ref_chunk"], dtype=np.float32)
-    ended_invalid = INVALID_STATE_KEY in info
     if reference_on_interventions == "executed":
         ref_chunk[: len(intervened)][intervened] = executed[intervened]
     return RLTTransition(
@@ -102,7 +82,7 @@ def build_transition(
         next_z_rl=np.asarray(next_obs["z_rl"], np.float32),
         next_proprio=np.asarray(next_obs["proprio"], np.float32),
         next_ref_chunk=np.asarray(next_obs["ref_chunk"], np.float32),
-        done=bool(terminated or (truncated and truncation_ends_bootstrap) or ended_invalid),
+        done=bool(terminated or (truncated and truncation_ends_bootstrap) or chunk.invalid_state),
         intervened=_pad_steps(intervened, chunk_len, "constant"),
     )
 

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from rpent_envs.action_checks import checked_action
+from rpent_envs.episode import success_info
 from rpent_envs.franka.backend import (
     FrankaBackend,
     FrankaCommandError,
@@ -406,13 +407,11 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     def _info(
         self, observation: dict[str, np.ndarray], box_clipped: bool, overrun_s: float
     ) -> dict[str, Any]:
-        success = bool(self.success_fn(observation)) if self.success_fn else False
-        return {
-            "success": success,
-            "is_success": success,
-            "task": self.task_description,
-            "commanded_pose": self.commanded_pose.as_vector().astype(np.float32),
-            "box_clipped": box_clipped,
-            "period_overrun_s": overrun_s,
-            "control_error": None,
-        }
+        return success_info(
+            bool(self.success_fn(observation)) if self.success_fn else False,
+            self.task_description,
+            commanded_pose=self.commanded_pose.as_vector().astype(np.float32),
+            box_clipped=box_clipped,
+            period_overrun_s=overrun_s,
+            control_error=None,
+        )

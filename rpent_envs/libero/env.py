@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from rpent_envs.action_checks import checked_action
+from rpent_envs.episode import episode_seed_of, success_info
 from rpent_envs.libero.backend import LiberoTask, import_libero, load_task
 from rpent_envs.state_checks import INVALID_STATE_KEY, LastFiniteState
 
@@ -214,9 +215,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         Options: `init_state_id` (int) picks the initial state of this episode.
         """
         super().reset(seed=seed)
-        self.episode_seed = (
-            int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
-        )
+        self.episode_seed = episode_seed_of(seed, self.np_random)
         self.current_init_state_id = self._pick_init_state(options or {})
         self._sim.seed(self.episode_seed)
         self._sim.reset()
@@ -302,13 +301,12 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         return obs
 
     def _info(self, success: bool) -> dict[str, Any]:
-        return {
-            "success": success,
-            "is_success": success,
-            "task": self.task_description,
-            "init_state_id": self.current_init_state_id,
-            "episode_seed": self.episode_seed,
-        }
+        return success_info(
+            success,
+            self.task_description,
+            init_state_id=self.current_init_state_id,
+            episode_seed=self.episode_seed,
+        )
 
 
 class _DisabledObservables:

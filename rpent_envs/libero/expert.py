@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from rpent_envs.expert_steps import clip_norm
 from rpent_envs.libero.env import ACTION_DIM, GRIPPER_CLOSED, GRIPPER_OPEN, LiberoEnv
 from rpent_envs.libero.scene import TABLE_TOP_Z_M, Extent, SceneView
 
@@ -129,11 +130,6 @@ def _hand_clearance(
         (_xy_distance(grasp_xy + closing_axis_xy * t, box) for t in offsets for box in obstacles),
         default=np.inf,
     )
-
-
-def _clip_norm(vector: np.ndarray, max_norm: float) -> np.ndarray:
-    norm = float(np.linalg.norm(vector))
-    return vector if norm <= max_norm else vector * (max_norm / norm)
 
 
 class LiberoExpert:
@@ -332,7 +328,7 @@ class LiberoExpert:
         """Delta-eef action towards a grip-site pose, scaled into [-1, 1]."""
         cfg = self.config
         max_step_m = cfg.carry_step_m if gripper == GRIPPER_CLOSED else cfg.max_step_m
-        translation = _clip_norm((target_pos - self.scene.eef_pos()) * cfg.gain, max_step_m)
+        translation = clip_norm((target_pos - self.scene.eef_pos()) * cfg.gain, max_step_m)
         rotation = _rotation_error(target_rot, self.scene.eef_rotation()) * cfg.rot_gain
         action = np.empty(ACTION_DIM, dtype=np.float32)
         action[:3] = translation / POS_ACTION_SCALE_M

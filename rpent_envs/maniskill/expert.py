@@ -17,6 +17,7 @@ import numpy as np
 import sapien
 from scipy.spatial.transform import Rotation
 
+from rpent_envs.expert_steps import clip_norm
 from rpent_envs.maniskill.peg_env import PegInsertionEnv
 
 ARM_DOF = 7
@@ -66,11 +67,6 @@ def _rotation_error(target: sapien.Pose, current: sapien.Pose) -> np.ndarray:
     target_rot = Rotation.from_quat(target.q, scalar_first=True)
     current_rot = Rotation.from_quat(current.q, scalar_first=True)
     return (target_rot * current_rot.inv()).as_rotvec()
-
-
-def _clip_norm(vector: np.ndarray, max_norm: float) -> np.ndarray:
-    norm = float(np.linalg.norm(vector))
-    return vector if norm <= max_norm else vector * (max_norm / norm)
 
 
 class PegInsertionExpert:
@@ -190,8 +186,8 @@ class PegInsertionExpert:
         tcp = _pose(state["tcp_pose"])
         twist = np.concatenate(
             [
-                _clip_norm(target_tcp.p - tcp.p, cfg.max_step_m),
-                _clip_norm(_rotation_error(target_tcp, tcp), cfg.max_rot_step_rad),
+                clip_norm(target_tcp.p - tcp.p, cfg.max_step_m),
+                clip_norm(_rotation_error(target_tcp, tcp), cfg.max_rot_step_rad),
             ]
         )
         jacobian = self._world_jacobian(state["qpos"])

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from rpent_envs.action_checks import checked_action
+from rpent_envs.episode import episode_seed_of, success_info
 from rpent_envs.image_demand import ImageDemand
 from rpent_envs.state_checks import INVALID_STATE_KEY, LastFiniteState
 
@@ -166,9 +167,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Start an episode; an unseeded reset draws its episode seed from `np_random`."""
         super().reset(seed=seed)
-        self.episode_seed = (
-            int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
-        )
+        self.episode_seed = episode_seed_of(seed, self.np_random)
         if self.scene_seed is None:  # the scene built with the env came from no reset seed
             options = {**(options or {}), "reconfigure": True}
         raw_obs, raw_info = self._sim.reset(seed=self.episode_seed, options=options)
@@ -251,15 +250,13 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         return obs
 
     def _info(self, raw_info: dict[str, Any]) -> dict[str, Any]:
-        success = bool(_to_numpy(raw_info["success"]))
-        return {
-            "success": success,
-            "is_success": success,
-            "is_grasped": bool(_to_numpy(raw_info["is_grasped"])),
-            "peg_head_pos_at_hole": _to_numpy(raw_info["peg_head_pos_at_hole"]).astype(np.float32),
-            "hole_radius": float(_to_numpy(raw_info["hole_radius"])),
-            "hole_entry_x": float(_to_numpy(raw_info["hole_entry_x"])),
-            "task": self.task_description,
-            "episode_seed": self.episode_seed,
-            "scene_seed": self.scene_seed,
-        }
+        return success_info(
+            bool(_to_numpy(raw_info["success"])),
+            self.task_description,
+            is_grasped=bool(_to_numpy(raw_info["is_grasped"])),
+            peg_head_pos_at_hole=_to_numpy(raw_info["peg_head_pos_at_hole"]).astype(np.float32),
+            hole_radius=float(_to_numpy(raw_info["hole_radius"])),
+            hole_entry_x=float(_to_numpy(raw_info["hole_entry_x"])),
+            episode_seed=self.episode_seed,
+            scene_seed=self.scene_seed,
+        )

@@ -6,14 +6,14 @@ import os
 from pathlib import Path
 
 from rpent_envs.robocasa.install import ASSETS_VARIABLE, PYTHON_VARIABLE
-from rpent_envs.subprocess_env import SubprocessEnv
-from rpent_envs.subprocess_env.venv import resolve_backend_python
+from rpent_envs.subprocess_env.backend_env import BackendVenv, VenvBackendEnv
 
 BACKEND_FACTORY = f"{Path(__file__).resolve().parent / 'backend.py'}:RoboCasaBackend"
+ROBOCASA_VENV = BackendVenv("robocasa", BACKEND_FACTORY, PYTHON_VARIABLE, ASSETS_VARIABLE)
 CONTROL_FREQ_HZ = 20
 
 
-class RoboCasaEnv(SubprocessEnv):
+class RoboCasaEnv(VenvBackendEnv):
     """A RoboCasa365 kitchen task: PandaOmron mobile manipulator, 20 Hz, out of process.
 
     RoboCasa needs robosuite 1.5 (praxis-robosuite) and MuJoCo < 3.10, which conflict with
@@ -86,26 +86,20 @@ class RoboCasaEnv(SubprocessEnv):
         """
         if image_size < 16:
             raise ValueError(f"image_size={image_size}: use at least 16 pixels")
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode={render_mode!r}: use None or 'rgb_array'")
         if split not in (None, "pretrain", "target", "all"):
             raise ValueError(f"split={split!r}: use None, 'pretrain', 'target' or 'all'")
-        worker_env = {"MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-        if assets_path is not None:
-            worker_env[ASSETS_VARIABLE] = str(Path(assets_path).expanduser().resolve())
-        kwargs = {
-            "task": task,
-            "image_size": image_size,
-            "render_mode": render_mode,
-            "split": split,
-            "layout_and_style_ids": layout_and_style_ids,
-        }
         super().__init__(
-            BACKEND_FACTORY,
-            kwargs,
-            python=resolve_backend_python("robocasa", python, PYTHON_VARIABLE),
-            worker_env=worker_env,
+            ROBOCASA_VENV,
+            task,
+            {
+                "image_size": image_size,
+                "split": split,
+                "layout_and_style_ids": layout_and_style_ids,
+            },
+            render_mode=render_mode,
+            assets_dir=assets_path,
+            python=python,
             make_timeout_s=make_timeout_s,
             call_timeout_s=call_timeout_s,
+            worker_env={"MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
         )
-        self.task = task

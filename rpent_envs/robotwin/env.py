@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from rpent_envs.robotwin.install import ASSETS_VARIABLE, PYTHON_VARIABLE
-from rpent_envs.subprocess_env import SubprocessEnv
-from rpent_envs.subprocess_env.venv import resolve_backend_python
+from rpent_envs.subprocess_env.backend_env import BackendVenv, VenvBackendEnv
 
 BACKEND_FACTORY = f"{Path(__file__).resolve().parent / 'backend.py'}:RoboTwinBackend"
+ROBOTWIN_VENV = BackendVenv("robotwin", BACKEND_FACTORY, PYTHON_VARIABLE, ASSETS_VARIABLE)
 
 
-class RoboTwinEnv(SubprocessEnv):
+class RoboTwinEnv(VenvBackendEnv):
     """A RoboTwin 2.0 bimanual task (default robot: AgileX ALOHA), out of process.
 
     rlinf-robotwin-runtime needs Python < 3.12 and exact pins (SAPIEN 3.0.0b1, torch 2.8,
@@ -87,28 +87,22 @@ class RoboTwinEnv(SubprocessEnv):
             FileNotFoundError: The RoboTwin venv or the assets are missing (the message says
                 how to install them).
         """
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode={render_mode!r}: use None or 'rgb_array'")
         if instruction_type not in ("seen", "unseen"):
             raise ValueError(f"instruction_type={instruction_type!r}: use 'seen' or 'unseen'")
         if config not in ("demo_clean", "demo_randomized"):
             raise ValueError(f"config={config!r}: use 'demo_clean' or 'demo_randomized'")
-        worker_env = {}
-        if assets_root is not None:
-            worker_env[ASSETS_VARIABLE] = str(Path(assets_root).expanduser().resolve())
-        kwargs = {
-            "task": task,
+        task_kwargs = {
             "embodiment": list(embodiment),
             "config": config,
             "instruction_type": instruction_type,
-            "render_mode": render_mode,
         }
         super().__init__(
-            BACKEND_FACTORY,
-            kwargs,
-            python=resolve_backend_python("robotwin", python, PYTHON_VARIABLE),
-            worker_env=worker_env,
+            ROBOTWIN_VENV,
+            task,
+            task_kwargs,
+            render_mode=render_mode,
+            assets_dir=assets_root,
+            python=python,
             make_timeout_s=make_timeout_s,
             call_timeout_s=call_timeout_s,
         )
-        self.task = task

@@ -1,12 +1,12 @@
 """A disk that fills up (a small real tmpfs) while recording and while exporting.
 
-Needs root to mount the tmpfs, as CI has (`.ci/run` runs as root); a failed mount fails.
+Needs root to mount the tmpfs (`small_disk` in tests/conftest.py), as CI has (`.ci/run` runs
+as root); a failed mount fails.
 """
 
 import errno
 import json
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -18,26 +18,6 @@ from recorders.record_format import RecordWriteError, read_jsonl, write_json_ato
 from recorders.trajectory import TrajectoryWriter
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """Mount a tmpfs of `size_kb` KiB; unmounted at the end of the test."""
-    mounted = []
-
-    def mount(size_kb):
-        point = tmp_path / f"disk{len(mounted)}"
-        point.mkdir()
-        command = ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(point)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.fail(f"this test mounts a tmpfs and needs root: {result.stderr.strip()}")
-        mounted.append(point)
-        return point
-
-    yield mount
-    for point in mounted:
-        subprocess.run(["umount", "--lazy", str(point)], check=True)
 
 
 def fill_leaving(disk, free_pages):

@@ -6,8 +6,8 @@ import sys
 
 import numpy as np
 import pytest
+from agent_helpers import tiny_checkpoint
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
-from test_run_policy import tiny_checkpoint
 
 from recorders.trajectory import TrajectoryReader
 from rpent_agents.features.checkpoint import load_checkpoint
@@ -27,7 +27,7 @@ def command(module, *arguments):
 def loop(tmp_path_factory):
     root = tmp_path_factory.mktemp("loop")
     summary = command(
-        "rpent_agents.run_policy", "--policy", "expert", "--seeds", 0, 1, "--num-workers", 2,
+        "rpent_agents.run.cli", "--policy", "expert", "--seeds", 0, 1, "--num-workers", 2,
         "--env-kwargs", PEG_KWARGS, "--record-trajectory", "--output-dir", root / "run",
     )  # fmt: skip
     command(
@@ -36,7 +36,7 @@ def loop(tmp_path_factory):
     )  # fmt: skip
     source = tiny_checkpoint(root / "source", state_dim=9, action_dim=8, chunk_len=10)
     command(
-        "rpent_agents.stage1", "train", "--data", root / "export" / "train",
+        "rpent_agents.stage1.train", "train", "--data", root / "export" / "train",
         "--init-from", source, "--output-dir", root / "finetuned", "--steps", 2,
         "--batch-size", 4, "--val-episodes", 1, "--device", "cpu",
     )  # fmt: skip
@@ -80,7 +80,7 @@ def test_the_fine_tuned_checkpoint_keeps_the_source_norm_stats_and_runs(loop):
     source_vla, _, _ = load_checkpoint(source)
     assert finetuned.norm_stats == source_vla.norm_stats
     summary = command(
-        "rpent_agents.run_policy", "--policy", "vla", "--checkpoint", root / "finetuned",
+        "rpent_agents.run.cli", "--policy", "vla", "--checkpoint", root / "finetuned",
         "--seeds", 0, "--env-kwargs", PEG_KWARGS, "--max-episode-steps", 10,
         "--output-dir", root / "eval",
     )  # fmt: skip

@@ -12,7 +12,7 @@ import rpent_envs
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from rpent_envs.maniskill.expert import PegInsertionExpert
 from wrappers.rlt import RLTObservation
 

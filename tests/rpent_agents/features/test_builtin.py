@@ -17,7 +17,7 @@ from rpent_agents.features.checkpoint import (
 )
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
 INSTRUCTIONS = [INSTRUCTION] * 3

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerFast
 
 from rpent_agents.features.pi05 import BATCH_BUCKETS, PI05FeatureModel, _bucket_size
 from rpent_agents.features.protocol import RLTFeaturizer
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 WIDTH, IMAGE_SIZE, PATCH = 32, 32, 16
 INSTRUCTION = "insert the peg in the hole"

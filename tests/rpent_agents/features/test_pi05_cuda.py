@@ -12,7 +12,7 @@ from lerobot.policies.pi05.modeling_pi05 import PI05Policy
 from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS
 
 from rpent_agents.features.pi05 import PI05FeatureModel
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 BF16_RELATIVE_ERROR = 5e-2

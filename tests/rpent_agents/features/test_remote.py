@@ -18,7 +18,7 @@ from rpent_agents.features.remote import (
     RemoteFeatureModel,
     stack_observations,
 )
-from rpent_agents.rlt_token import RLToken, RLTokenConfig
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
 

@@ -44,6 +44,18 @@ def test_short_chunk_is_padded_with_zero_reward_and_the_last_action():
     np.testing.assert_array_equal(item.ref_chunk, np.zeros((3, 2)))
 
 
+def test_a_workers_padded_chunk_gives_the_transition_of_the_chunk_that_ran():
+    padded = _info(
+        executed_action=np.array([[0.1, 0.2], [0.0, 0.0]], np.float32),
+        chunk_rewards=np.array([1.0, 0.0], np.float32),
+    )  # chunk_len 1 of H = 2, padded with zeros as RLTWorker does
+    item = build_transition(rlt_obs(0.0), rlt_obs(1.0), padded, True, False, CHUNK_LEN)
+    unpadded = build_transition(rlt_obs(0.0), rlt_obs(1.0), _info(), True, False, CHUNK_LEN)
+    np.testing.assert_allclose(item.action, [[0.1, 0.2], [0.1, 0.2]])
+    for name in ("action", "rewards", "intervened", "ref_chunk"):
+        np.testing.assert_array_equal(getattr(item, name), getattr(unpadded, name))
+
+
 def test_intervened_steps_store_the_executed_action_as_reference():
     info = _info(
         executed_action=np.array([[0.3, 0.4], [0.5, 0.6]], np.float32),

@@ -16,8 +16,8 @@ from non_finite_states import NaNStatePegConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rpent_agents.features.checkpoint import load_featurizer
-from rpent_agents.rlt_envs import PegRLTConfig
-from rpent_agents.rlt_vector import FeaturizedVectorEnv, RLTWorkerFactory
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.vector import FeaturizedVectorEnv, RLTWorkerFactory
 from rpent_agents.stage2 import Stage2Config
 from rpent_agents.stage2 import train as stage2_train
 

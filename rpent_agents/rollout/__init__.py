@@ -1,0 +1,9 @@
+"""The envs a Stage 2 policy acts in: the composite RLT stacks and the workers that run them.
+
+`rlt_stack` holds the peg stack's one config (`PegRLTConfig`) and the composite envs built
+from it (`RPent/PegInsertion-RLT-v0`, `RPent/FrankaPegInsertion-RLT-v0`); `vector` runs many
+peg stacks in worker processes and featurizes their observations in one batch per step
+(`make_rlt_vector_env`, what `rpent-stage2` trains on); `ray_vector_env` is the same worker
+pool as Ray actors across machines and `ray_rollout` its `--rollout ray` flags and builder.
+Nothing here imports `rpent_agents.stage2`: the learner drives these envs, not the reverse.
+"""

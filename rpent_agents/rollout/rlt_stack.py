@@ -1,0 +1,360 @@
+"""The peg RLT stack's one config, and the composite RLT envs built from it.
+
+`PegRLTConfig` holds every knob of the peg RLT stack (checkpoint, chunk length, devices,
+render backend, gate mode, expert takeover, chunk limit). The composite env, the training
+workers (`rpent_agents.rollout.vector`), training (`rpent-stage2`), evaluation (`rpent-eval-rlt`)
+and the SB3 example all read it, so each knob has one name.
+
+`RPent/PegInsertion-RLT-v0` = peg env (cameras at the checkpoint's image size) ->
+`RLTObservation` (embedded default checkpoint) -> `PolicySwitch` with `AutoGate` in drop-in mode
+(`skip_inactive=True`, whose rules `PolicySwitch` states): the VLA reference drives until the
+gate opens near the hole, then every `step` is the agent's chunk. Its keyword arguments are the
+fields of `PegRLTConfig` plus `skip_inactive` and `max_skipped_episodes`.
+
+`RPent/FrankaPegInsertion-RLT-v0` = Franka env -> `RLTObservation` (a Stage 1 checkpoint trained
+on Franka demonstrations, or a feature server; reference chunk 20, actor chunk 10; the knobs of
+this stack are `FrankaRLTConfig`'s) ->
+`PolicySwitch` with the operator's `KeyboardTrigger` in drop-in mode: the VLA reference drives
+until the operator presses `b`.
+
+`rpent_envs` registers both ids with string entry points into this module, which are not
+imports, so `rpent_envs` never imports `rpent_agents`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+from rpent_agents.common.devices import resolve_device
+from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
+from rpent_envs import FRANKA_ID, PEG_INSERTION_ID
+from rpent_envs.franka.env import ACTION_DIM as FRANKA_ACTION_DIM
+from rpent_envs.franka.env import STATE_DIM as FRANKA_STATE_DIM
+from wrappers.policy_switch import PolicySwitch
+from wrappers.rlt import RLTObservation
+from wrappers.takeover import ExpertTakeover
+from wrappers.triggers import AutoGate, KeyboardTrigger, SwitchTrigger, TriggerMode
+
+logger = logging.getLogger(__name__)
+RenderBackend = Literal["auto", "cpu", "gpu"]
+
+
+@dataclass
+class PegRLTConfig:
+    """The peg RLT stack: peg env -> feature model -> policy switch (AutoGate)."""
+
+    checkpoint: Path | None = None
+    """Stage 1 checkpoint folder of the feature model; None: the embedded default."""
+    chunk_len: int = 10
+    """Actor chunk length H: steps executed per chunk (at most the checkpoint's chunk)."""
+    feature_device: str = "auto"
+    """Torch device of the feature model ("auto": cuda when available, else cpu)."""
+    render_backend: RenderBackend = "auto"
+    """SAPIEN render device of the peg env ("auto": gpu with CUDA, else cpu); physics: CPU."""
+    trigger_mode: TriggerMode = "auto"
+    """AutoGate mode: "auto", the critical phase near the hole (the RLT recipe); "always_on"
+    hands every chunk to the agent, so it also drives the grasp (the whole-episode preset of
+    `rpent-stage2`)."""
+    missed_grasp_chunks: int | None = None
+    """With trigger_mode "auto": also hand control to the agent after this many chunks in a
+    row without the peg held (a missed or lost grasp: the reference keeps every approach that
+    works); None: the critical phase near the hole alone (the RLT recipe)."""
+    expert_takeover: bool = False
+    """Let the scripted expert take over stalled critical phases (training only)."""
+    takeover_window: Literal["critical-phase", "reference"] = "critical-phase"
+    """Which stalls the expert takes over: any in the critical phase, or only those inside
+    the reference's window (x >= -0.10 m, |y|, |z| <= 2 hole radii, grasped), which misses
+    most stalls of this task (bench/RESULTS.md, issue 13 diagnosis)."""
+    reconfiguration_freq: int = 1
+    """Resets per scene of the peg env: 1 builds a new scene (new peg and box sizes) at every
+    reset; k > 1 keeps it for k resets, which makes resets several times cheaper (sizes still
+    vary every k episodes; seeded evaluations rebuild every scene: `reset_envs`)."""
+    ungrasped_chunks_before_takeover: int = 3
+    """With takeover_window "critical-phase": chunks in a row ending with the peg not held
+    (dropped, or not yet grasped when the agent drives from the start) after which the expert
+    takes over."""
+    max_episode_chunks: int | None = None
+    """Truncate episodes after this many chunks (steps of the composite env); None: the peg
+    env's 500-step limit alone."""
+
+    def __post_init__(self) -> None:
+        """Accept a checkpoint given as a string (gym.make kwargs, JSON)."""
+        if self.checkpoint is not None:
+            self.checkpoint = Path(self.checkpoint)
+        if self.chunk_len < 1:
+            raise ValueError(f"PegRLTConfig.chunk_len must be >= 1, got {self.chunk_len}")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """The checkpoint folder in use (the embedded default when none is given)."""
+        return self.checkpoint or DEFAULT_CHECKPOINT_DIR
+
+    def vla_config(self) -> dict[str, Any]:
+        """The checkpoint's VLA config (image size, reference chunk length, dims)."""
+        return read_config(self.checkpoint_dir)["vla"]
+
+    def make_peg_env(self, **kwargs: Any) -> gym.Env:
+        """The raw peg env with cameras at the checkpoint's image size."""
+        return gym.make(
+            PEG_INSERTION_ID,
+            obs_mode="rgb",
+            image_size=self.vla_config()["image_size"],
+            render_backend=self.render_backend,
+            reconfiguration_freq=self.reconfiguration_freq,
+            **kwargs,
+        )
+
+    def make_gate(self) -> AutoGate:
+        """The critical-phase gate of the stack."""
+        return AutoGate(
+            trigger_mode=self.trigger_mode, missed_grasp_chunks=self.missed_grasp_chunks
+        )
+
+    def make_takeover(self, peg_env: gym.Env) -> ExpertTakeover | None:
+        """The stalled-progress expert takeover on `peg_env`, or None when switched off."""
+        if not self.expert_takeover:
+            return None
+        from rpent_envs.maniskill.expert import PegInsertionExpert  # imports the simulator
+
+        expert = PegInsertionExpert(peg_env)
+        if self.takeover_window == "reference":
+            return ExpertTakeover(expert)
+        return ExpertTakeover.whole_critical_phase(
+            expert, ungrasped_chunks_before_takeover=self.ungrasped_chunks_before_takeover
+        )
+
+    def limit_chunks(self, env: gym.Env) -> gym.Env:
+        """`env` under the chunk limit (unchanged when there is none)."""
+        if self.max_episode_chunks is None:
+            return env
+        return gym.wrappers.TimeLimit(env, self.max_episode_chunks)
+
+
+def make_peg_rlt(
+    config: PegRLTConfig | None = None,
+    *,
+    skip_inactive: bool = True,
+    max_skipped_episodes: int = 100,
+) -> gym.Env:
+    """Build `RPent/PegInsertion-RLT-v0` (see the module doc).
+
+    Args:
+        config: The stack's knobs; default `PegRLTConfig()`.
+        skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
+        max_skipped_episodes: Episodes one drop-in `reset()` may run before it gives up.
+
+    Returns:
+        The composite env; `step` takes a flat (H*A,) chunk in [-1, 1].
+    """
+    config = config or PegRLTConfig()
+    peg_env = config.make_peg_env()
+    featurizer = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
+    featurized = RLTObservation(peg_env, featurizer, chunk_len=config.chunk_len)
+    switch = PolicySwitch(
+        featurized,
+        config.make_gate(),
+        expert_takeover=config.make_takeover(peg_env),
+        skip_inactive=skip_inactive,
+        max_skipped_episodes=max_skipped_episodes,
+    )
+    return config.limit_chunks(switch)
+
+
+@dataclass
+class FrankaRLTConfig:
+    """The Franka RLT stack: Franka env -> feature model -> policy switch (KeyboardTrigger).
+
+    The feature source is required, exactly one of `checkpoint` and `feature_server`; the
+    Franka env's own arguments (`host`, `backend`, cameras, `FrankaConfig` fields) are passed
+    beside it to `make_franka_rlt`.
+    """
+
+    checkpoint: Path | None = None
+    """Stage 1 checkpoint folder trained on Franka data (state 19, action 7; the reference
+    trains it with `--vla.chunk-len 20`); needs both cameras."""
+    feature_server: str | None = None
+    """"host:port" of an `rpent-feature-server` instead of a checkpoint."""
+    chunk_len: int = 10
+    """Actor chunk length H (the reference chunk may be longer)."""
+    feature_device: str = "auto"
+    """Where the checkpoint's feature model runs ("auto", "cpu", "cuda")."""
+
+    def __post_init__(self) -> None:
+        """Accept a checkpoint given as a string (gym.make kwargs, JSON)."""
+        if self.checkpoint is not None:
+            self.checkpoint = Path(self.checkpoint)
+        if self.chunk_len < 1:
+            raise ValueError(f"FrankaRLTConfig.chunk_len must be >= 1, got {self.chunk_len}")
+
+    def make_feature_model(self, franka_kwargs: dict[str, Any]) -> Any:
+        """The feature model, checked against the Franka observation of `franka_kwargs`.
+
+        Raises:
+            ValueError: Without exactly one feature source, for a malformed `host:port`, a
+                checkpoint of other sizes or a missing camera of the built-in model.
+        """
+        if (self.checkpoint is None) == (self.feature_server is None):
+            raise ValueError(
+                "RPent/FrankaPegInsertion-RLT-v0 needs exactly one feature source: "
+                "checkpoint=<Stage 1 folder trained on Franka demonstrations> or "
+                "feature_server='host:port' (a GPU box running rpent-feature-server)"
+            )
+        if self.feature_server is not None:
+            from rpent_agents.features.remote import RemoteFeatureModel
+
+            host, _, port = self.feature_server.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"feature_server={self.feature_server!r}: give 'host:port'")
+            return RemoteFeatureModel(host, int(port))
+        self._check_checkpoint_fits(franka_kwargs)
+        return load_featurizer(self.checkpoint, resolve_device(self.feature_device))
+
+    def _check_checkpoint_fits(self, franka_kwargs: dict[str, Any]) -> None:
+        vla_config = read_config(self.checkpoint)["vla"]
+        for name, franka_value in (
+            ("state_dim", FRANKA_STATE_DIM),
+            ("action_dim", FRANKA_ACTION_DIM),
+        ):
+            if vla_config[name] != franka_value:
+                raise ValueError(
+                    f"checkpoint {self.checkpoint} was trained with {name}={vla_config[name]}, "
+                    f"the Franka env has {name}={franka_value}: train Stage 1 on Franka "
+                    "demonstrations"
+                )
+        for camera in ("camera", "wrist_camera"):
+            if franka_kwargs.get(camera, "none") == "none":
+                raise ValueError(
+                    f"the built-in feature model reads image and wrist_image: pass {camera}= "
+                    "('realsense' or a camera object)"
+                )
+
+
+def make_franka_rlt(
+    config: FrankaRLTConfig | None = None,
+    *,
+    trigger: SwitchTrigger | None = None,
+    skip_inactive: bool = True,
+    max_skipped_episodes: int = 100,
+    **franka_kwargs: Any,
+) -> gym.Env:
+    """Build `RPent/FrankaPegInsertion-RLT-v0` (see the module doc).
+
+    Args:
+        config: The stack's knobs (the feature source is required).
+        trigger: Who hands control to the actor; default: `KeyboardTrigger()` (key `b`).
+        skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
+        max_skipped_episodes: In drop-in mode, episodes one `reset()` may run without a press.
+        **franka_kwargs: Arguments of `RPent/Franka-v0` (`host`, `backend`, `camera`,
+            `wrist_camera`, `success_fn`, any `FrankaConfig` field).
+
+    Returns:
+        The composite env; `step` takes a flat (H*7,) chunk in [-1, 1].
+    """
+    config = config or FrankaRLTConfig()
+    feature_model = config.make_feature_model(franka_kwargs)
+    franka_env = gym.make(FRANKA_ID, **franka_kwargs)
+    featurized = RLTObservation(franka_env, feature_model, config.chunk_len)
+    return PolicySwitch(
+        featurized,
+        trigger if trigger is not None else KeyboardTrigger(),
+        skip_inactive=skip_inactive,
+        max_skipped_episodes=max_skipped_episodes,
+    )
+
+
+class RLTStackEnv(gym.Env):
+    """A composite RLT env as one env object that owns its wrapper stack.
+
+    The stack (raw env -> `RLTObservation` -> `PolicySwitch`) holds live objects (the feature
+    model, the trigger) that a Gymnasium spec cannot describe, so the registered entry points
+    are subclasses of this class, which build the stack from keyword arguments alone:
+    `gym.make(env.spec)` rebuilds it. Attributes of the inner wrappers stay reachable through
+    `get_wrapper_attr` (e.g. `actor_ready`, `raw_observation`); `stack` is the stack itself.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Build the stack from the keyword arguments of `build_stack`."""
+        self.stack = self.build_stack(**kwargs)
+        self.observation_space = self.stack.observation_space
+        self.action_space = self.stack.action_space
+
+    def build_stack(self, **kwargs: Any) -> gym.Env:
+        """The wrapper stack of this env."""
+        raise NotImplementedError
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Reset the stack (drop-in mode: up to the first chunk the agent drives)."""
+        super().reset(seed=seed)
+        return self.stack.reset(seed=seed, options=options)
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
+        """Execute one chunk; see `PolicySwitch.step` for the info keys."""
+        return self.stack.step(action)
+
+    def close(self) -> None:
+        """Close the stack and the robot or simulator below it."""
+        self.stack.close()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        """An attribute of this env, else of the first inner wrapper that has it."""
+        if name in self.__dict__ or hasattr(type(self), name):
+            return getattr(self, name)
+        return self.stack.get_wrapper_attr(name)
+
+
+class PegInsertionRLTEnv(RLTStackEnv):
+    """`RPent/PegInsertion-RLT-v0`, built by `make_peg_rlt`.
+
+    Keyword arguments: the fields of `PegRLTConfig`, `skip_inactive` and
+    `max_skipped_episodes`.
+
+    Example:
+        >>> env = gym.make("RPent/PegInsertion-RLT-v0")
+        >>> obs, info = env.reset(seed=0)  # runs the VLA reference until the gate opens
+        >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    """
+
+    def build_stack(
+        self, skip_inactive: bool = True, max_skipped_episodes: int = 100, **config: Any
+    ) -> gym.Env:
+        """Peg env -> `RLTObservation` -> `PolicySwitch` with `AutoGate`."""
+        return make_peg_rlt(
+            PegRLTConfig(**config),
+            skip_inactive=skip_inactive,
+            max_skipped_episodes=max_skipped_episodes,
+        )
+
+    @property
+    def peg_env(self) -> gym.Env:
+        """The raw peg env at the bottom of the stack (task, privileged state)."""
+        return self.stack.unwrapped
+
+
+class FrankaPegInsertionRLTEnv(RLTStackEnv):
+    """`RPent/FrankaPegInsertion-RLT-v0`, built by `make_franka_rlt`.
+
+    Keyword arguments: the fields of `FrankaRLTConfig`, `trigger`, `skip_inactive`,
+    `max_skipped_episodes` and those of `RPent/Franka-v0`.
+
+    Example:
+        >>> env = gym.make("RPent/FrankaPegInsertion-RLT-v0", checkpoint="ckpt/franka",
+        ...                host="172.16.0.2", camera="realsense", wrist_camera="realsense")
+        >>> obs, info = env.reset()  # the reference drives until the operator presses b
+    """
+
+    def build_stack(self, **kwargs: Any) -> gym.Env:
+        """Franka env -> `RLTObservation` -> `PolicySwitch` with `KeyboardTrigger`."""
+        names = {field.name for field in dataclasses.fields(FrankaRLTConfig)}
+        config = FrankaRLTConfig(**{key: kwargs.pop(key) for key in names & set(kwargs)})
+        return make_franka_rlt(config, **kwargs)

@@ -1,0 +1,429 @@
+"""Many peg RLT stacks in worker processes, featurized in one batch per step, for Stage 2.
+
+Each worker runs peg env (CPU physics; intermediate steps of a chunk render nothing) ->
+`PolicySwitch` with `AutoGate` -> `RLTWorker`, with `skip_inactive=False`: one vector step
+executes one chunk in every env, the VLA reference driving outside the critical phase and the
+actor (or the reference during warm-up, or an expert takeover) inside it. Workers return the
+raw observation at each chunk boundary; `FeaturizedVectorEnv` in the learner's process turns
+all of them into RLT observations with one feature-model call (on the GPU when there is one)
+and sends each worker its reference chunk with the actor's chunk. Seen from the trainer, the
+vector env steps RLT observations and flat actor chunks, as the composite env
+`RPent/PegInsertion-RLT-v0` does one env at a time. The learner sets each worker's
+`actor_ready` with `envs.set_attr`.
+
+Workers are reset explicitly (Gymnasium's `AutoresetMode.DISABLED`), so the trainer gives every
+episode its seed: training episodes count up from a seed of their own, evaluation episodes use
+fixed held-out seeds.
+
+Example:
+    >>> envs = make_rlt_vector_env(PegRLTConfig(render_backend="cpu"), num_envs=2)
+    >>> obs, infos = envs.reset(seed=[100_000, 100_001])
+    >>> envs.set_attr("actor_ready", False)  # the reference drives the critical phase too
+    >>> obs, rewards, terminated, truncated, infos = envs.step(np.zeros((2, 80), np.float32))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.vector.utils import batch_space
+
+from rpent_agents.common.devices import resolve_device
+from rpent_agents.features.checkpoint import load_featurizer
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from wrappers.policy_switch import PolicySwitch
+from wrappers.rlt import RLTFeatureSource, rlt_observation_space, rlt_observations
+from wrappers.takeover import ExpertTakeover
+from wrappers.triggers import AutoGate
+
+# Per-step infos stay in the worker: the trainer needs the chunk-level keys only, and every
+# step's info would be pickled through the pipe once per chunk.
+_DROPPED_INFO_KEYS = ("step_infos",)
+INSTRUCTION_KEY = "task"
+NO_RESET_SEED = -1
+MAX_SEED = 2**31 - 1
+DISCARDED_KEY = "episode_discarded"
+"""Info key of the envs whose episode was lost with its worker and started over (Ray rollouts:
+`rpent_agents.rollout.ray_vector_env`); their step produced no chunk."""
+
+
+class SuppliedReference:
+    """The reference chunk of the current observation, handed in from outside the worker.
+
+    The policy switch asks it for the reference chunk (a `reference` callable); the worker
+    stores the chunk that the learner featurized for the current observation before each step.
+    """
+
+    def __init__(self, horizon: int) -> None:
+        """Answer with the first `horizon` actions of the supplied chunk."""
+        self.horizon = horizon
+        self.chunk: np.ndarray | None = None
+
+    def __call__(self, observation: Any) -> np.ndarray:
+        """The supplied chunk, (horizon, A)."""
+        if self.chunk is None:
+            raise RuntimeError("no reference chunk was supplied with this step's action")
+        return self.chunk[: self.horizon]
+
+
+class RLTWorker(gym.Wrapper):
+    """The peg RLT stack without its feature model, as one worker of a training vector env.
+
+    The action is a Dict: `actor`, the actor's flat chunk (H*A,), `ref_chunk`, the reference
+    chunk (H_ref, A) that the learner featurized from this worker's current observation (the
+    policy switch below picks the driver), and `reset_seed`: when the chunk ends the episode
+    and `reset_seed` >= 0, the worker starts the next episode with that seed at once and
+    returns its first observation, the last one going to `info["final_obs"]` (no reset
+    round trip, so the other workers never wait for it); -1 leaves the reset to the caller.
+    The observation is the raw one of the peg env (`image`, `wrist_image`, `state`) at the
+    chunk boundary.
+
+    Gymnasium's vector API stacks each info key into one array, which needs the same shape in
+    every env. A chunk that ends early executes fewer than H steps, so this wrapper pads
+    `executed_action` to (H, A) and `chunk_rewards` to (H,) with zeros; `chunk_len` says how
+    many rows are real (`rpent_agents.stage2.chunk_info.ChunkInfo` reads only those).
+    `step_infos` is dropped.
+
+    `expert_takeover_enabled` switches the stalled-progress expert on or off from the next
+    reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below;
+    `rebuild_scenes` makes the worker's own resets rebuild the scene from their seed
+    (evaluation turns it on, so a held-out seed alone defines its episode).
+
+    Two more info keys measure the run: `critical_phase` (the chunk was decided inside the
+    critical phase as the reference `AutoGate` defines it, whatever gate the switch uses, so
+    runs with different gates count the same steps) and the worker's seconds,
+    `worker_chunk_s` (simulating the chunk) and `worker_reset_s` (starting the next episode
+    inside the step; 0 when none started).
+
+    Example:
+        >>> worker = RLTWorkerFactory(PegRLTConfig(render_backend="cpu", expert_takeover=True))()
+        >>> worker.expert_takeover_enabled = False  # from the next reset on
+        >>> obs, info = worker.reset(seed=0)
+        >>> info["executed_action"].shape, info["chunk_len"]
+        ((10, 8), 0)
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        reference: SuppliedReference,
+        ref_chunk_len: int,
+        takeover: ExpertTakeover | None = None,
+    ) -> None:
+        """Wrap the switch stack `env`.
+
+        Args:
+            env: A stack with a `PolicySwitch` over a per-step env whose reference is
+                `reference`.
+            reference: The switch's reference source, fed from each action's `ref_chunk`.
+            ref_chunk_len: H_ref, actions in each supplied reference chunk.
+            takeover: The expert takeover the worker may switch on.
+        """
+        super().__init__(env)
+        self.switch = _find_policy_switch(env)
+        self.phase_gate = AutoGate()
+        self.reference = reference
+        self.takeover = takeover
+        self.expert_takeover_enabled = takeover is not None
+        self.rebuild_scenes = False
+        self.chunk_len, self.action_dim = self.switch.horizon, self.switch.action_dim
+        step_space = self.switch.env.action_space
+        ref_shape = (ref_chunk_len, self.action_dim)
+        ref_space = gym.spaces.Box(
+            np.broadcast_to(step_space.low, ref_shape).astype(np.float32),
+            np.broadcast_to(step_space.high, ref_shape).astype(np.float32),
+            dtype=np.float32,
+        )
+        seed_space = gym.spaces.Box(NO_RESET_SEED, MAX_SEED, (), np.int64)
+        self.action_space = gym.spaces.Dict(
+            {"actor": env.action_space, "ref_chunk": ref_space, "reset_seed": seed_space}
+        )
+
+    @property
+    def expert_takeover_enabled(self) -> bool:
+        """Whether the expert takeover acts in the episodes started from now on."""
+        return self._takeover_wanted
+
+    @expert_takeover_enabled.setter
+    def expert_takeover_enabled(self, enabled: bool) -> None:
+        if enabled and self.takeover is None:
+            raise ValueError(
+                "expert_takeover_enabled=True on a worker built without an expert; "
+                "build it with PegRLTConfig(expert_takeover=True)"
+            )
+        self._takeover_wanted = bool(enabled)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Start an episode (applying `expert_takeover_enabled`); infos padded."""
+        self.switch.expert_takeover = self.takeover if self._takeover_wanted else None
+        self.reference.chunk = None
+        self.phase_gate.reset()
+        obs, info = self.env.reset(seed=seed, options=options or None)
+        return obs, self._fixed_shape(info, critical_phase=False)
+
+    def step(
+        self, action: dict[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
+        """Execute one chunk (the driver's); infos padded."""
+        self.reference.chunk = np.asarray(action["ref_chunk"], dtype=np.float32)
+        started_s = time.perf_counter()
+        critical_phase = self.phase_gate.active
+        obs, reward, terminated, truncated, info = self.env.step(action["actor"])
+        self.phase_gate.update(info["step_infos"])
+        info = self._fixed_shape(info, critical_phase)
+        info["worker_chunk_s"], info["worker_reset_s"] = time.perf_counter() - started_s, 0.0
+        reset_seed = int(action.get("reset_seed", NO_RESET_SEED))
+        if (terminated or truncated) and reset_seed != NO_RESET_SEED:
+            info["final_obs"] = obs
+            reset_started_s = time.perf_counter()
+            options = {"reconfigure": True} if self.rebuild_scenes else None
+            obs, reset_info = self.reset(seed=reset_seed, options=options)
+            info["worker_reset_s"] = time.perf_counter() - reset_started_s
+            info[INSTRUCTION_KEY] = reset_info.get(INSTRUCTION_KEY, info.get(INSTRUCTION_KEY))
+        return obs, reward, terminated, truncated, info
+
+    def _fixed_shape(self, info: dict[str, Any], critical_phase: bool) -> dict[str, Any]:
+        info = {key: value for key, value in info.items() if key not in _DROPPED_INFO_KEYS}
+        info["critical_phase"] = critical_phase
+        executed = np.asarray(info["executed_action"], np.float32).reshape(-1, self.action_dim)
+        rewards = np.asarray(info.get("chunk_rewards", ()), np.float32)  # none after a reset
+        info["chunk_len"] = len(executed)
+        info["executed_action"] = _zero_padded(executed, self.chunk_len)
+        info["chunk_rewards"] = _zero_padded(rewards, self.chunk_len)
+        return info
+
+
+def _zero_padded(values: np.ndarray, rows: int) -> np.ndarray:
+    padded = np.zeros((rows, *values.shape[1:]), np.float32)
+    padded[: len(values)] = values
+    return padded
+
+
+def _find_policy_switch(env: gym.Env) -> PolicySwitch:
+    while not isinstance(env, PolicySwitch):
+        if not isinstance(env, gym.Wrapper):
+            raise ValueError(f"RLTWorker needs a PolicySwitch in its wrapper stack, got {env}")
+        env = env.env
+    return env
+
+
+@dataclass
+class RLTWorkerFactory:
+    """Builds one worker's env from the stack config; a picklable env factory.
+
+    Attributes:
+        config: The peg RLT stack (its feature settings are used by the learner's process).
+        torch_threads: CPU threads of each worker's torch (many workers share the cores).
+    """
+
+    config: PegRLTConfig
+    torch_threads: int = 1
+
+    def __call__(self) -> RLTWorker:
+        """Build the worker env (runs inside the worker process)."""
+        torch.set_num_threads(self.torch_threads)
+        config = self.config
+        peg_env = config.make_peg_env()
+        reference = SuppliedReference(config.chunk_len)
+        switch = PolicySwitch(
+            peg_env,
+            config.make_gate(),
+            reference=reference,
+            expert_takeover=None,  # the worker switches it per episode
+            horizon=config.chunk_len,
+        )
+        ref_chunk_len = config.vla_config()["chunk_len"]
+        takeover = config.make_takeover(peg_env)
+        return RLTWorker(config.limit_chunks(switch), reference, ref_chunk_len, takeover)
+
+
+class FeaturizedVectorEnv(VectorWrapper):
+    """RLT observations of a vector env of `RLTWorker`s, featurized in one batch per step.
+
+    The wrapped env steps Dict actions (`actor`, `ref_chunk`, `reset_seed`) and returns raw
+    observations; this wrapper steps flat actor chunks (N, H*A) and returns batched RLT
+    observations (`z_rl`, `proprio`, `ref_chunk`), and sends each worker the reference chunk it
+    featurized from that worker's current observation. `step_async(actions, reset_seeds)` with
+    one seed per env lets each worker start its next episode itself when the chunk ends it:
+    the returned observation is then the new episode's first, and `infos["final_obs"]` (with
+    its mask `infos["_final_obs"]`) holds the featurized last observation of the episode that
+    ended. `step_async`/`step_wait` let the caller work (learner updates) while the workers
+    simulate; `set_attr`, `get_attr` and `call` reach the workers.
+    """
+
+    def __init__(self, env: VectorEnv, feature_model: RLTFeatureSource) -> None:
+        """Wrap `env` (workers of `RLTWorkerFactory`) with the learner-side feature model."""
+        super().__init__(env)
+        self.feature_model = feature_model
+        raw_space = env.single_observation_space
+        ref_space = env.single_action_space["ref_chunk"]
+        step_space = gym.spaces.Box(ref_space.low[0], ref_space.high[0], dtype=np.float32)
+        self.single_observation_space = rlt_observation_space(
+            feature_model, raw_space["state"], step_space
+        )
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+        self.single_action_space = env.single_action_space["actor"]
+        self.action_space = batch_space(self.single_action_space, env.num_envs)
+        self.instructions = [""] * env.num_envs
+        self.last_featurize_s = 0.0
+        """Seconds the last `step_wait` spent featurizing (after the workers answered)."""
+        self.observations: dict[str, np.ndarray] = {
+            key: np.zeros((env.num_envs, *space.shape), np.float32)
+            for key, space in self.single_observation_space.spaces.items()
+        }
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Reset every env, or those of `options["reset_mask"]`, and featurize them."""
+        options = dict(options or {})
+        mask = np.asarray(options.get("reset_mask", np.ones(self.num_envs, bool)), bool)
+        raw, infos = self.env.reset(seed=seed, options=options or None)
+        self._featurize(raw, infos, np.flatnonzero(mask | discarded_envs(infos, self.num_envs)))
+        return self._copy_observations(), infos
+
+    def step_async(self, actions: np.ndarray, reset_seeds: Sequence[int] | None = None) -> None:
+        """Send the actor's chunks (N, H*A), the reference chunks and the reset seeds.
+
+        Args:
+            actions: The actor's flat chunks, one per env.
+            reset_seeds: The seed each env starts its next episode with if this chunk ends
+                the current one; None: no env resets itself (the caller resets).
+        """
+        if reset_seeds is None:
+            reset_seeds = [NO_RESET_SEED] * self.num_envs
+        self.env.step_async(
+            {
+                "actor": actions,
+                "ref_chunk": self.observations["ref_chunk"],
+                "reset_seed": np.asarray(reset_seeds, dtype=np.int64),
+            }
+        )
+
+    def step_wait(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Wait for the workers' chunks; featurize every new and every final observation."""
+        raw, rewards, terminated, truncated, infos = self.env.step_wait()
+        featurize_started_s = time.perf_counter()
+        final_mask = np.asarray(infos.get("_final_obs", np.zeros(self.num_envs, bool)), bool)
+        final_raw = infos.get("final_obs")
+        if final_mask.any():
+            ended = np.flatnonzero(final_mask)
+            finals = self.featurize_observations(  # the info holds one raw Dict per env
+                [final_raw[i] for i in ended], [self.instructions[i] for i in ended]
+            )
+            infos["final_obs"] = {
+                key: np.zeros((self.num_envs, *values.shape[1:]), values.dtype)
+                for key, values in finals.items()
+            }
+            for key, values in finals.items():
+                infos["final_obs"][key][final_mask] = values
+        self._featurize(raw, infos, np.arange(self.num_envs))
+        self.last_featurize_s = time.perf_counter() - featurize_started_s
+        return self._copy_observations(), rewards, terminated, truncated, infos
+
+    def step(
+        self, actions: np.ndarray, reset_seeds: Sequence[int] | None = None
+    ) -> tuple[dict[str, np.ndarray], Any, Any, Any, dict]:
+        """`step_async` then `step_wait`."""
+        self.step_async(actions, reset_seeds)
+        return self.step_wait()
+
+    def featurize_observations(
+        self, raw_observations: list[dict[str, np.ndarray]], instructions: list[str]
+    ) -> dict[str, np.ndarray]:
+        """Batched RLT observations of raw observations (one feature-model call)."""
+        return rlt_observations(
+            self.feature_model, raw_observations, instructions, self.single_observation_space
+        )
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set an attribute of every worker env (see `VectorEnv.set_attr`)."""
+        self.env.set_attr(name, values)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """An attribute of every worker env."""
+        return self.env.get_attr(name)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call a method of every worker env."""
+        return self.env.call(name, *args, **kwargs)
+
+    def _featurize(self, raw: dict[str, np.ndarray], infos: dict, env_indices: np.ndarray) -> None:
+        task_mask = infos.get(f"_{INSTRUCTION_KEY}")
+        for env_index in env_indices:
+            if task_mask is not None and task_mask[env_index]:
+                self.instructions[env_index] = str(infos[INSTRUCTION_KEY][env_index])
+        raw_observations = [{key: raw[key][i] for key in raw} for i in env_indices]
+        batch = self.featurize_observations(
+            raw_observations, [self.instructions[i] for i in env_indices]
+        )
+        for key, values in batch.items():
+            self.observations[key][env_indices] = values
+
+    def _copy_observations(self) -> dict[str, np.ndarray]:
+        return {key: values.copy() for key, values in self.observations.items()}
+
+
+def make_rlt_vector_env(
+    config: PegRLTConfig, num_envs: int, worker_torch_threads: int = 1
+) -> FeaturizedVectorEnv:
+    """`num_envs` peg RLT workers (forkserver processes, no autoreset: see the module doc).
+
+    The feature model runs here, on `config.feature_device`; the workers only simulate.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    feature_model = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
+    workers = AsyncVectorEnv(
+        [RLTWorkerFactory(config, worker_torch_threads)] * num_envs,
+        context="forkserver",
+        autoreset_mode=AutoresetMode.DISABLED,
+    )
+    return FeaturizedVectorEnv(workers, feature_model)
+
+
+def discarded_envs(infos: dict[str, Any], num_envs: int) -> np.ndarray:
+    """(N,) bool: the envs whose episode was lost with its worker (`DISCARDED_KEY`)."""
+    return np.asarray(infos.get(f"_{DISCARDED_KEY}", np.zeros(num_envs, bool)), bool)
+
+
+def reset_envs(
+    envs: gym.vector.VectorEnv,
+    mask: np.ndarray,
+    seeds: Sequence[int | None],
+    rebuild_scenes: bool = False,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Reset the envs where `mask` is True with `seeds` (one per reset env, in env order).
+
+    Args:
+        envs: The vector env.
+        mask: (N,) bool, the envs to reset.
+        seeds: One reset seed per env of `mask`.
+        rebuild_scenes: Rebuild each reset env's scene from its seed (ManiSkill's
+            `reconfigure`), so that the seed alone defines the episode even where the env
+            keeps its scene across resets (`PegRLTConfig.reconfiguration_freq`).
+
+    Returns:
+        The batched observations (the new first observations where reset, the current ones
+        elsewhere) and the batched infos (`discarded_envs` lists the envs not in `mask` whose
+        episode started over because their worker was lost).
+    """
+    mask = np.asarray(mask, bool)
+    if len(seeds) != int(mask.sum()):
+        raise ValueError(f"{int(mask.sum())} envs to reset but {len(seeds)} seeds given")
+    seed_of_env: list[int | None] = [None] * envs.num_envs
+    for env_index, seed in zip(np.flatnonzero(mask), seeds, strict=True):
+        seed_of_env[env_index] = seed
+    options: dict[str, Any] = {"reset_mask": mask}
+    if rebuild_scenes:
+        options["reconfigure"] = True
+    return envs.reset(seed=seed_of_env, options=options)
