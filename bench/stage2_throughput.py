@@ -61,6 +61,8 @@ class Args:
     """Measure the training loop (--no-loop with --raw-state-only: the physics bound only)."""
     raw_state_only: bool = False
     """Of the raw env, measure the state-only rate alone (the physics bound of a real run)."""
+    ready_envs: int = 0
+    """The loop's asynchronous stepping (`rpent-stage2 --ready-envs`); 0: synchronous."""
 
 
 def raw_env_speed(args: Args, obs_mode: str, image_size: int) -> float:
@@ -94,13 +96,17 @@ def loop_settings(config: PegRLTConfig) -> tuple[PegRLTConfig, Stage2Config]:
 
 
 def loop_speed(
-    envs: FeaturizedVectorEnv, stage2: Stage2Config, warmup_iterations: int, loop_iterations: int
+    envs: FeaturizedVectorEnv,
+    stage2: Stage2Config,
+    warmup_iterations: int,
+    loop_iterations: int,
+    ready_envs: int = 0,
 ) -> dict:
     """Env steps/s and updates/s of `Stage2Run.collect_and_learn` on `envs`."""
     dims = RLTDims.from_observation_space(envs.single_observation_space)
     learner = Stage2Learner(stage2, dims)
     with tempfile.TemporaryDirectory() as folder, ScalarLog(folder) as log:
-        train_args = TrainArgs(output_dir=Path(folder), stage2=stage2)
+        train_args = TrainArgs(output_dir=Path(folder), stage2=stage2, ready_envs=ready_envs)
         results = LearningResults(eval_seeds=[0])
         run = Stage2Run(train_args, envs, learner, RunState(), results, log, time.monotonic())
         run.obs = run.start_training_episodes()
@@ -111,6 +117,7 @@ def loop_speed(
         for _ in range(loop_iterations):
             run.collect_and_learn()
         elapsed = time.monotonic() - started
+        run.finish_busy_chunks()  # asynchronous stepping: no worker left busy at close
         return {
             "env_steps_per_s": (run.state.env_steps - steps) / elapsed,
             "updates_per_s": (learner.update_step - updates) / elapsed,
@@ -123,7 +130,9 @@ def training_loop_speed(args: Args, config: PegRLTConfig) -> dict:
     config, stage2 = loop_settings(config)
     envs = make_rlt_vector_env(config, args.num_envs)
     try:
-        return loop_speed(envs, stage2, args.warmup_iterations, args.loop_iterations)
+        return loop_speed(
+            envs, stage2, args.warmup_iterations, args.loop_iterations, args.ready_envs
+        )
     finally:
         envs.close()
 

@@ -37,6 +37,7 @@ from gymnasium.vector.utils import batch_space
 
 from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.checkpoint import load_featurizer
+from rpent_agents.rollout.ready_steps import ReadySteps
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTFeatureSource, rlt_observation_space, rlt_observations
@@ -258,6 +259,12 @@ class FeaturizedVectorEnv(VectorWrapper):
     its mask `infos["_final_obs"]`) holds the featurized last observation of the episode that
     ended. `step_async`/`step_wait` let the caller work (learner updates) while the workers
     simulate; `set_attr`, `get_attr` and `call` reach the workers.
+
+    Asynchronous stepping (worker processes only, `rpent_agents.rollout.ready_steps`):
+    `step_async(..., env_indices=idx)` sends chunks to those workers alone, and
+    `step_wait(min_ready=k)` returns once k busy workers have answered, with only their rows
+    updated (`last_ready` says which; the others keep simulating, `busy`). `reset`, `set_attr`
+    and `call` need no worker busy.
     """
 
     def __init__(self, env: VectorEnv, feature_model: RLTFeatureSource) -> None:
@@ -276,6 +283,9 @@ class FeaturizedVectorEnv(VectorWrapper):
         self.instructions = [""] * env.num_envs
         self.last_featurize_s = 0.0
         """Seconds the last `step_wait` spent featurizing (after the workers answered)."""
+        self.last_ready = np.zeros(env.num_envs, bool)
+        """The envs whose chunk the last `step_wait` returned."""
+        self.ready_steps: ReadySteps | None = None
         self.observations: dict[str, np.ndarray] = {
             key: np.zeros((env.num_envs, *space.shape), np.float32)
             for key, space in self.single_observation_space.spaces.items()
@@ -291,27 +301,59 @@ class FeaturizedVectorEnv(VectorWrapper):
         self._featurize(raw, infos, np.flatnonzero(mask | discarded_envs(infos, self.num_envs)))
         return self._copy_observations(), infos
 
-    def step_async(self, actions: np.ndarray, reset_seeds: Sequence[int] | None = None) -> None:
+    @property
+    def busy(self) -> np.ndarray:
+        """(N,) bool: the envs simulating a chunk sent with `env_indices` (asynchronous)."""
+        if self.ready_steps is None:
+            return np.zeros(self.num_envs, bool)
+        return self.ready_steps.busy.copy()
+
+    def step_async(
+        self,
+        actions: np.ndarray,
+        reset_seeds: Sequence[int] | None = None,
+        env_indices: np.ndarray | None = None,
+    ) -> None:
         """Send the actor's chunks (N, H*A), the reference chunks and the reset seeds.
 
         Args:
             actions: The actor's flat chunks, one per env.
             reset_seeds: The seed each env starts its next episode with if this chunk ends
                 the current one; None: no env resets itself (the caller resets).
+            env_indices: Send to these envs only (asynchronous stepping; `step_wait` with
+                `min_ready`); None: every env.
         """
         if reset_seeds is None:
             reset_seeds = [NO_RESET_SEED] * self.num_envs
-        self.env.step_async(
-            {
-                "actor": actions,
-                "ref_chunk": self.observations["ref_chunk"],
-                "reset_seed": np.asarray(reset_seeds, dtype=np.int64),
-            }
-        )
+        batched = {
+            "actor": actions,
+            "ref_chunk": self.observations["ref_chunk"],
+            "reset_seed": np.asarray(reset_seeds, dtype=np.int64),
+        }
+        if env_indices is None:
+            self.env.step_async(batched)
+            return
+        if self.ready_steps is None:
+            self.ready_steps = ReadySteps(self.env)
+        self.ready_steps.send(batched, env_indices)
 
-    def step_wait(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Wait for the workers' chunks; featurize every new and every final observation."""
-        raw, rewards, terminated, truncated, infos = self.env.step_wait()
+    def step_wait(
+        self, min_ready: int | None = None
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Wait for the workers' chunks; featurize every new and every final observation.
+
+        Args:
+            min_ready: Return once this many busy envs answered (asynchronous stepping: the
+                rows of the others are unchanged and their flags false); None: every env.
+        """
+        if min_ready is None:
+            raw, rewards, terminated, truncated, infos = self.env.step_wait()
+            self.last_ready = np.ones(self.num_envs, bool)
+        else:
+            self.last_ready, rewards, terminated, truncated, infos = self.ready_steps.receive(
+                min_ready
+            )
+            raw = self.env.observations  # the workers' shared memory, their rows updated
         featurize_started_s = time.perf_counter()
         final_mask = np.asarray(infos.get("_final_obs", np.zeros(self.num_envs, bool)), bool)
         final_raw = infos.get("final_obs")
@@ -326,7 +368,7 @@ class FeaturizedVectorEnv(VectorWrapper):
             }
             for key, values in finals.items():
                 infos["final_obs"][key][final_mask] = values
-        self._featurize(raw, infos, np.arange(self.num_envs))
+        self._featurize(raw, infos, np.flatnonzero(self.last_ready))
         self.last_featurize_s = time.perf_counter() - featurize_started_s
         return self._copy_observations(), rewards, terminated, truncated, infos
 

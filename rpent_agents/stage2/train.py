@@ -39,6 +39,7 @@ from rpent_agents.common.cli import command
 from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import (
+    NO_RESET_SEED,
     FeaturizedVectorEnv,
     discarded_envs,
     make_rlt_vector_env,
@@ -98,6 +99,12 @@ class TrainArgs:
     """Seed of the first training episode; episode k uses train_seed + k."""
     worker_torch_threads: int = 1
     """CPU threads of torch in each worker."""
+    ready_envs: int = 0
+    """Asynchronous stepping (--rollout vector): the loop goes on as soon as this many workers
+    have finished their chunk, gives those their next chunk at once and lets the others simulate
+    on, instead of waiting for the slowest of all; 0: synchronous (every worker each step,
+    reproducible to the bit). Which worker finishes first depends on timing, so an asynchronous
+    run is not reproducible to the bit."""
     stage2: Stage2Config = field(default_factory=Stage2Config)
     """Stage 2 hyperparameters (DESIGN.md §4 defaults)."""
 
@@ -267,11 +274,13 @@ class Stage2Run:
             while self.state.env_steps < self.args.total_env_steps and self.time_left_for(1):
                 progress.update(self.collect_and_learn())
                 if self.evaluation_due() and self.time_left_for(2):
+                    progress.update(self.finish_busy_chunks())
                     self.evaluate_actor()
                     self.checkpoint()
                     self.obs = self.start_training_episodes()
                 elif self.save_due():
                     self.checkpoint()
+            progress.update(self.finish_busy_chunks())
         if self.state.last_eval_env_steps != self.state.env_steps:
             self.evaluate_actor()
         finished = self.state.env_steps >= self.args.total_env_steps
@@ -285,37 +294,73 @@ class Stage2Run:
         needed_s = evaluations * 1.25 * self.state.eval_wall_time_s + SAVE_RESERVE_S
         return self.clock.has_time_for(needed_s)
 
-    def collect_and_learn(self) -> int:
+    def collect_and_learn(self, send: bool = True) -> int:
         """One chunk in every worker while the learner updates; returns the simulator steps.
 
         Every env gets a fresh seed with its chunk: a worker whose episode ends starts the
-        next one with it at once (`FeaturizedVectorEnv`), so no worker waits for a reset.
+        next one with it at once (`FeaturizedVectorEnv`), so no worker waits for a reset. With
+        `ready_envs` (asynchronous) only the idle workers get a chunk, and the step ends once
+        `ready_envs` of the busy ones have answered; `send=False` hands out no chunk (the busy
+        workers finish theirs).
         """
         timer = PartTimer()
-        self.actions = self.learner.act(self.obs)
-        reset_seeds = self.state.next_seeds(self.num_envs, self.args.train_seed)
-        self.envs.step_async(self.actions, reset_seeds)
+        if send:
+            self.send_chunks()
         timer.lap("act_s")
         train_scalars = self.learner.train_step()  # runs while the workers simulate
         timer.lap("learner_s")
-        next_obs, _, terminated, truncated, infos = self.envs.step_wait()
+        next_obs, _, terminated, truncated, infos = self.envs.step_wait(self.min_ready(send))
         timer.lap("wait_s", minus_s={"featurize_s": self.envs.last_featurize_s})
-        done = terminated | truncated
+        answered = self.envs.last_ready
+        done = (terminated | truncated) & answered
         discarded = discarded_envs(infos, self.num_envs)
         self.abandon_episodes(discarded)
         ended_obs = _final_observations(next_obs, infos, done)
-        steps = self.store_transitions(ended_obs, infos, terminated, truncated, discarded)
+        steps = self.store_transitions(
+            ended_obs, infos, terminated, truncated, ~answered | discarded
+        )
         timer.lap("store_s")
         self.profile.add_step(timer.part_s, infos)
         self.state.env_steps += steps
         self.state.episodes_finished += int(done.sum())
-        self.obs = next_obs
-        if self.learner.ready_for_online != self.actor_ready:
+        self.obs = next_obs  # a busy worker's row: the observation its chunk was decided from
+        if send and self.learner.ready_for_online != self.actor_ready:
+            steps += self.finish_busy_chunks()  # the workers' drivers change together
             self.actor_ready = self.learner.ready_for_online
             self.envs.set_attr("actor_ready", self.actor_ready)
             logger.info("env step %d: the actor drives the critical phase", self.state.env_steps)
         self.iteration += 1
         self.write_scalars(train_scalars)
+        return steps
+
+    def send_chunks(self) -> None:
+        """The actor's chunks to every worker (asynchronous: to the idle ones), with seeds."""
+        if not self.args.ready_envs:
+            self.actions = self.learner.act(self.obs)
+            self.envs.step_async(
+                self.actions, self.state.next_seeds(self.num_envs, self.args.train_seed)
+            )
+            return
+        idle = np.flatnonzero(~self.envs.busy)
+        self.actions[idle] = self.learner.act(
+            {key: values[idle] for key, values in self.obs.items()}
+        )
+        reset_seeds = np.full(self.num_envs, NO_RESET_SEED, np.int64)
+        reset_seeds[idle] = self.state.next_seeds(len(idle), self.args.train_seed)
+        self.envs.step_async(self.actions, reset_seeds, env_indices=idle)
+
+    def min_ready(self, send: bool) -> int | None:
+        """How many busy workers the step waits for (None: every worker, synchronous)."""
+        if not self.args.ready_envs:
+            return None
+        busy = int(self.envs.busy.sum())
+        return busy if not send else min(self.args.ready_envs, busy)
+
+    def finish_busy_chunks(self) -> int:
+        """Let the busy workers (asynchronous stepping) finish their chunks; their env steps."""
+        steps = 0
+        while self.args.ready_envs and self.envs.busy.any():
+            steps += self.collect_and_learn(send=False)
         return steps
 
     def abandon_episodes(self, discarded: np.ndarray) -> None:
@@ -331,15 +376,15 @@ class Stage2Run:
         infos: dict,
         terminated: np.ndarray,
         truncated: np.ndarray,
-        discarded: np.ndarray,
+        skipped: np.ndarray,
     ) -> int:
         """Store the critical-phase chunks of one vector step; returns its simulator steps.
 
-        The envs of `discarded` returned no chunk (their worker was lost).
+        The envs of `skipped` returned no chunk (their worker was lost, or is still busy).
         """
         config, env_steps = self.learner.config, 0
-        items = vector_step_items(self.obs, next_obs, infos, terminated, truncated, discarded)
-        kept_envs = np.flatnonzero(~discarded)
+        items = vector_step_items(self.obs, next_obs, infos, terminated, truncated, skipped)
+        kept_envs = np.flatnonzero(~skipped)
         for env_index, (obs, env_next_obs, info, ended, cut) in zip(kept_envs, items, strict=True):
             transition = build_transition(
                 obs, env_next_obs, info, ended, cut, config.chunk_len,
@@ -461,6 +506,8 @@ class Stage2Run:
 def make_training_envs(args: TrainArgs, env_config: PegRLTConfig) -> FeaturizedVectorEnv:
     """The training vector env of `args.rollout`: worker processes here, or Ray actors."""
     if args.rollout == "ray":
+        if args.ready_envs:
+            raise ValueError("--ready-envs steps worker processes: use --rollout vector")
         return make_ray_vector_env(env_config, args.ray, args.worker_torch_threads)
     return make_rlt_vector_env(env_config, args.num_envs, args.worker_torch_threads)
 
@@ -472,6 +519,11 @@ def train(args: TrainArgs) -> LearningResults:
         ValueError: When the training seeds overlap the held-out seeds.
     """
     started_s = time.monotonic()  # the budget and the wall time include the workers' start
+    if not 0 <= args.ready_envs <= args.num_envs:
+        raise ValueError(
+            f"--ready-envs {args.ready_envs}: use 0 (synchronous) or 1..--num-envs "
+            f"({args.num_envs})"
+        )
     if args.eval_seed + args.num_eval_episodes > args.train_seed:
         raise ValueError(
             f"--train-seed {args.train_seed} must exceed the held-out seeds "

@@ -132,3 +132,31 @@ def test_a_worker_starts_its_next_episode_with_the_seed_sent_with_the_chunk():
     np.testing.assert_allclose(obs["proprio"][0], fresh["proprio"][0], atol=1e-6)
     np.testing.assert_allclose(obs["z_rl"][0], fresh["z_rl"][0], atol=1e-5)
     assert np.abs(ended_state - obs["proprio"][0]).max() > 1e-4  # the last state, not the new
+
+
+def test_stepping_the_ready_workers_gives_what_a_synchronous_step_gives():
+    config = PegRLTConfig(render_backend="cpu", feature_device="cpu", max_episode_chunks=2)
+    actions = np.zeros((2, 80), np.float32)
+    envs = make_rlt_vector_env(config, num_envs=2)
+    try:
+        envs.reset(seed=[3, 4])
+        envs.set_attr("actor_ready", False)
+        synchronous, *_ = envs.step(actions)
+        envs.reset(seed=[3, 4])
+        envs.step_async(actions, env_indices=np.array([1]))  # worker 1 alone
+        assert envs.busy.tolist() == [False, True]
+        with pytest.raises(ValueError, match="still busy"):
+            envs.step_async(actions, env_indices=np.array([1]))
+        obs, rewards, terminated, truncated, infos = envs.step_wait(min_ready=1)
+        assert envs.last_ready.tolist() == [False, True] and not envs.busy.any()
+        assert infos["_chunk_len"].tolist() == [False, True] and infos["chunk_len"][1] == 10
+        np.testing.assert_allclose(obs["proprio"][1], synchronous["proprio"][1], atol=1e-6)
+        np.testing.assert_allclose(obs["z_rl"][1], synchronous["z_rl"][1], atol=1e-5)
+        start, _ = envs.reset(seed=[3, 4])
+        # worker 0 was never stepped: its row is still its reset observation
+        np.testing.assert_allclose(obs["proprio"][0], start["proprio"][0], atol=1e-6)
+        envs.step_async(actions, env_indices=np.array([0, 1]))
+        envs.step_wait(min_ready=2)  # both answered: nothing left busy
+        assert envs.last_ready.all() and not envs.busy.any()
+    finally:
+        envs.close()

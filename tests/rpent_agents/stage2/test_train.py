@@ -188,3 +188,15 @@ def test_training_on_ray_workers_matches_the_vector_run(first_run, no_lerobot_si
     # above match exactly): ~1e-8 on one machine, one weight of 11040 off by 1.07e-5 on another.
     for part in ("actor", "critic"):
         torch.testing.assert_close(ray_weights[part], vector_weights[part], atol=1e-4, rtol=1e-3)
+
+
+def test_asynchronous_stepping_trains_and_evaluates(no_lerobot_site, tmp_path):
+    output_dir = tmp_path / "ready"
+    run_training(output_dir, no_lerobot_site, "--total-env-steps", "120", "--ready-envs", "1")
+    results = json.loads((output_dir / "results.json").read_text())
+    # every chunk a worker ran is counted and stored once (always_on: all are transitions)
+    assert results["env_steps"] >= 120 and results["transitions"] * 10 >= results["env_steps"]
+    assert [point["env_steps"] for point in results["evals"]][-1] == results["env_steps"]
+    assert results["updates"] > 0 and results["loop_profile"]["vector_steps"] > 12
+    refused = run_training(tmp_path / "ray", no_lerobot_site, "--ready-envs", "3", check=False)
+    assert refused.returncode != 0 and "--ready-envs 3" in refused.stderr
