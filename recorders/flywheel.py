@@ -359,7 +359,11 @@ def export_flywheel(
         The report (also written to `output_dir/report.json`).
 
     Raises:
-        The errors of `export_records`.
+        FileExistsError: When `output_dir` exists.
+        FileNotFoundError: When `input_root` is not a folder.
+        MixedRecordsError: When the records mix envs, robots or control rates.
+        ValueError: For bad options or an `output_dir` inside `input_root`.
+        ExportWriteError: When writing the output fails (nothing is left at `output_dir`).
     """
     sink_factory = functools.partial(
         LeRobotSink, use_videos=use_videos, image_writer_threads=image_writer_threads

@@ -98,6 +98,8 @@ def export_frame_cache(
 
     Raises:
         NotDemonstrationDataError: When the recorded frames lack a camera or `state`.
-        The errors of `recorders.flywheel.export_records`.
+        FileExistsError: When `output_dir` exists.
+        MixedRecordsError: When the records mix envs, robots or control rates (and the other
+            errors of `recorders.flywheel.export_records`).
     """
     return export_records(input_root, output_dir, FrameCacheSink, include_sources, read_threads)

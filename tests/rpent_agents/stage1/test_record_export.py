@@ -84,7 +84,9 @@ def test_the_cache_holds_the_lerobot_exports_frames_and_report(
     run_dir, tmp_path, include_sources, episode_frames, excluded_actions
 ):
     cache_report = export_frame_cache(run_dir, tmp_path / "cache", include_sources)
-    export_flywheel(run_dir, tmp_path / "lerobot", use_videos=False, include_sources=include_sources)
+    export_flywheel(
+        run_dir, tmp_path / "lerobot", use_videos=False, include_sources=include_sources
+    )
 
     assert report_without_paths(tmp_path / "cache") == report_without_paths(tmp_path / "lerobot")
     assert cache_report.dataset_dir == str(tmp_path / "cache" / CACHE_FILE)
