@@ -3,9 +3,9 @@
 Successful, VLA-driven actions of trajectory records become a LeRobot v3.0 dataset at
 `O/train/`, and `O/report.json` counts every exclusion by reason. `export_records` applies
 the same rules with any `recorders.flywheel_sink.FrameSink` (a Stage 1 frame cache:
-`rpent_agents.stage1.record_export`). The raw records are only
-read. `O` must not exist and appears only when complete (it is built in a hidden temporary
-sibling and renamed at the end). With nothing eligible, `O` holds only the report.
+`rpent_agents.stage1.record_export`). The raw records are only read. `O` must not exist and
+appears only when complete (it is built in a hidden temporary sibling and renamed at the
+end). With nothing eligible, `O` holds only the report.
 
 Opt in: `include_sources=("actor",)` also exports the RL actor's executed actions (linked to
 the actor's predictions, `recorders.flywheel_rules`); `key_style="lerobot"` names the features

@@ -37,23 +37,29 @@
 #        cp /tmp/job/* /tmp/job.log "$OUT"/; tail -n 25 /tmp/job.log
 #   3. only if 2 ended before done: the same as 2.
 # On a GPU machine of your own with RPent installed: RPENT_INSTALLED=1 bash bench/device/flywheel_gain.sh
-# A CPU dry run (tiny sizes, lerobot hidden as on the H200):
+# A CPU dry run (tiny sizes; lerobot, av and datasets hidden, as on the H200):
 #   RPENT_DRY_RUN=1 RPENT_VENV=/path/to/.venv OUT=/tmp/fw_dry bash bench/device/flywheel_gain.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp/out}"
 work="${WORK_DIR:-/tmp/flywheel}"
+if [ -e "$work/settings.json" ]; then
+  echo "WORK_DIR $work holds an earlier job: remove it or set another WORK_DIR" >&2
+  exit 1
+fi
 source bench/device/gpu_env.sh
 if [ "${RPENT_DRY_RUN:-0}" = 1 ]; then
   # Seeds the default solves (46, 89) or fails and the actor solves (29) on the CPU renderer.
   : "${NUM_ENVS:=2}" "${HELDOUT_SEEDS:=0 1}" "${TRAIN_SEEDS:=29 46 89}" "${FORGET_SEEDS:=46 89}"
   : "${MAX_EPISODE_STEPS:=100}" "${FT_STEPS:=2}" "${FT_BATCH:=4}" "${FT_WARMUP:=0}"
   : "${FT_VAL_EPISODES:=0}" "${FT_LOG_EVERY:=1}"
-  # The GPU machine has no lerobot: hide it, so nothing here can lean on it.
-  mkdir -p "$work/.no_lerobot/lerobot"
-  echo "raise ImportError('lerobot is hidden: the GPU machine has none')" \
-    > "$work/.no_lerobot/lerobot/__init__.py"
-  export PYTHONPATH="$work/.no_lerobot:$PYTHONPATH"
+  # The GPU machine has no lerobot (nor its av, datasets): hide them, so nothing leans on them.
+  for module in lerobot av datasets; do
+    mkdir -p "$work/.hidden/$module"
+    echo "raise ImportError('$module is hidden: the GPU machine has none')" \
+      > "$work/.hidden/$module/__init__.py"
+  done
+  export PYTHONPATH="$work/.hidden:$PYTHONPATH"
 fi
 workers="${NUM_ENVS:-16}"
 checkpoint="${CHECKPOINT:-rpent_agents/features/default_checkpoint}"
@@ -134,7 +140,7 @@ JSON
 echo "total $(($(date +%s) - started))" | tee -a "$work/logs/wall_s.txt"
 python3 bench/flywheel_table.py --work-dir "$work" --output-dir "$work" --settings "$work/settings.json"
 tar -czf "$out/flywheel_gain.tar.gz" -C "$work" --exclude=trajectories --exclude='*.npz' \
-  --exclude='*.safetensors' --exclude=training_state.pt --exclude=.no_lerobot .
+  --exclude='*.safetensors' --exclude=training_state.pt --exclude=.hidden .
 cp "$work/table.json" "$work/summary.md" "$out/"
 if [ -f "$work/ft_actor/model.safetensors" ]; then
   xz -T8 -c "$work/ft_actor/model.safetensors" | split -b 15M - "$out/ft_actor.safetensors.xz."
