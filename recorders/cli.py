@@ -64,9 +64,7 @@ def main() -> None:
         ValueError,
     ) as error:
         raise SystemExit(f"rpent-flywheel: {error}") from error
-    summary = report.to_json()
-    summary.pop("tasks")
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(report.to_json(with_tasks=False), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The flywheel export (DESIGN.md §7): trajectory records -> LeRobot dataset + report.
 
 Successful, VLA-driven actions of trajectory records become a LeRobot v3.0 dataset at
-`O/train/`, and `O/report.json` counts every exclusion by reason. The raw records are only
-read. `O` must not exist and appears only when complete (it is built in a hidden temporary
-sibling and renamed at the end). With nothing eligible, `O` holds only the report.
+`O/train/`, and `O/report.json` counts every exclusion by reason. `export_records` applies
+the same rules with any `recorders.flywheel_sink.FrameSink` (a Stage 1 frame cache:
+`rpent_agents.stage1.record_export`). The raw records are only read. `O` must not exist and
+appears only when complete (it is built in a hidden temporary sibling and renamed at the
+end). With nothing eligible, `O` holds only the report.
 
 Opt in: `include_sources=("actor",)` also exports the RL actor's executed actions (linked to
 the actor's predictions, `recorders.flywheel_rules`); `key_style="lerobot"` names the features
@@ -13,13 +15,14 @@ sibling; a killed export leaves only that hidden sibling, never an `O` that look
 A broken record is never an error: each task that is not exported is counted under its reason
 (a task the recorder could not finish writing: "run_unfinished" or "record_write_failed").
 Memory stays flat in the number of steps: frames stream into LeRobot's episode buffer,
-decoded at most PREFETCH_FRAMES ahead of it. Per task only its report line and the three
-`task.json` fields of the one-robot check are kept (bench/long_run_memory.py export).
+decoded at most PREFETCH_FRAMES ahead of it (a frame cache, held in memory, grows). Per task
+only its report line and the three `task.json` fields of the one-robot check are kept
+(bench/long_run_memory.py export).
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import gc
 import itertools
 import json
@@ -29,7 +32,7 @@ import shutil
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,23 +49,13 @@ from recorders.flywheel_rules import (
     select_actions,
     task_exclusion,
 )
-from recorders.lerobot_io import (
-    ACTION_KEY,
-    KEY_STYLES,
-    KeyStyle,
-    create_dataset,
-    dataset_features,
-    staged_output_dir,
-    staging_dir,
-    styled_keys,
-)
+from recorders.flywheel_sink import TASK_KEY, FrameSink, LeRobotSink, SinkFactory
+from recorders.lerobot_io import ACTION_KEY, KEY_STYLES, KeyStyle, staged_output_dir, staging_dir
 from recorders.trajectory_reader import RecordError, TrajectoryReader, find_task_dirs
 
 logger = logging.getLogger(__name__)
 REPORT_FILE = "report.json"
-DATASET_DIR = "train"
-PREFETCH_FRAMES = 32  # frames decoded ahead of the LeRobot writer (bounded memory)
-TASK_KEY = "task"
+PREFETCH_FRAMES = 32  # frames decoded ahead of the sink (bounded memory)
 
 
 class MixedRecordsError(ValueError):
@@ -152,22 +145,11 @@ def load_frame(reader: TrajectoryReader, kept: KeptAction) -> dict[str, Any]:
     return frame
 
 
-class _DatasetSink:
-    """Creates the dataset at the first frame; frames stream into the episode being written.
+class _FrameLayout:
+    """The keys, shapes and dtypes of an export's first frame; every later frame must match."""
 
-    Only LeRobot's episode buffer grows with an episode's length, never a list of decoded
-    frames, so memory stays flat however long the episodes are.
-    """
-
-    def __init__(self, root: Path, report: ExportReport, use_videos: bool, threads: int) -> None:
-        self.root = root
-        self.report = report
-        self.use_videos = use_videos
-        self.threads = threads
-        self.dataset = None
+    def __init__(self) -> None:
         self.signature: dict[str, tuple[tuple[int, ...], str]] | None = None
-        self.dataset_keys: dict[str, str] = {}  # frame key -> feature name in the key style
-        self.episode_frames = 0
 
     def check(self, frame: dict[str, Any]) -> None:
         """Raise RecordError("observation_mismatch") when `frame` differs from the first."""
@@ -181,47 +163,8 @@ class _DatasetSink:
         elif signature != self.signature:
             raise RecordError("observation_mismatch", f"frame keys/shapes {signature}")
 
-    def add_frame(self, frame: dict[str, Any]) -> None:
-        """Append a checked frame to the episode being written."""
-        if self.dataset is None:
-            observation = {k: v for k, v in frame.items() if k not in (ACTION_KEY, TASK_KEY)}
-            features = dataset_features(
-                observation, len(frame[ACTION_KEY]), use_videos=self.use_videos
-            )
-            self.dataset_keys = styled_keys(features, self.report.key_style)
-            self.dataset = create_dataset(
-                self.root,
-                self.report.fps,
-                {self.dataset_keys[key]: spec for key, spec in features.items()},
-                robot_type=self.report.robot or "unknown",
-                dataset_name=Path(self.report.output_dir).name,
-                image_writer_threads=self.threads,
-            )
-        self.dataset.add_frame({self.dataset_keys.get(k, k): v for k, v in frame.items()})
-        self.episode_frames += 1
 
-    def end_episode(self) -> int:
-        """Save the episode being written, if it has frames; returns how many it has."""
-        frames, self.episode_frames = self.episode_frames, 0
-        if frames:
-            self.dataset.save_episode()
-        return frames
-
-    def abort(self) -> None:
-        """Close a half-written dataset now: its finalizer must not write after the cleanup."""
-        if self.dataset is not None:
-            with contextlib.suppress(Exception):
-                self.dataset.finalize()
-            self.dataset = None
-
-    def finalize(self) -> None:
-        if self.dataset is not None:
-            self.dataset.finalize()
-            # LeRobot leaves its (now empty) image staging folders behind.
-            shutil.rmtree(self.root / "images", ignore_errors=True)
-
-
-def _end_episode(sink: _DatasetSink, outcome: TaskOutcome) -> None:
+def _end_episode(sink: FrameSink, outcome: TaskOutcome) -> None:
     frames = sink.end_episode()
     if frames:
         outcome.episodes += 1
@@ -246,8 +189,18 @@ def _prefetched(
         yield future
 
 
-def _export_task(item: _Task, sink: _DatasetSink, pool: ThreadPoolExecutor) -> None:
+@dataclass
+class _Destination:
+    """Where an export's frames go, and what every frame is checked against."""
+
+    sink: FrameSink
+    sources: tuple[str, ...]
+    layout: _FrameLayout = field(default_factory=_FrameLayout)
+
+
+def _export_task(item: _Task, destination: _Destination, pool: ThreadPoolExecutor) -> None:
     """Select, load and write the frames of one successful task."""
+    sink = destination.sink
     reader, outcome = item.reader, item.outcome
     actions = reader.read_records(fmt.ACTIONS_FILE)
     if actions.problems == [(0, "file_missing")]:
@@ -257,7 +210,7 @@ def _export_task(item: _Task, sink: _DatasetSink, pool: ThreadPoolExecutor) -> N
         reader.read_records(fmt.PLANNERS_FILE),
         reader.read_records(fmt.PREDICTIONS_FILE),
         actions,
-        sink.report.sources,
+        destination.sources,
     )
     outcome.actions_seen = selection.actions_seen
     outcome.excluded_actions = selection.excluded_actions
@@ -268,7 +221,7 @@ def _export_task(item: _Task, sink: _DatasetSink, pool: ThreadPoolExecutor) -> N
         for _ in run:
             try:
                 frame = next(loaded).result()
-                sink.check(frame)
+                destination.layout.check(frame)
             except RecordError as error:
                 outcome.excluded_actions[error.reason] += 1
                 _end_episode(sink, outcome)  # a dropped action ends the run
@@ -290,47 +243,53 @@ def _remove_late_writes(output_dir: Path) -> None:
 
 
 def _write_export(
-    tasks: list[_Task], report: ExportReport, output_dir: Path, use_videos: bool, threads: int
+    tasks: list[_Task],
+    report: ExportReport,
+    output_dir: Path,
+    sink_factory: SinkFactory,
+    read_threads: int,
 ) -> None:
-    """Write the dataset and the report into a staging folder renamed to `output_dir` at the end."""
+    """Write the frames and the report into a staging folder renamed to `output_dir` at the end."""
     with staged_output_dir(output_dir) as staging:
         staging.mkdir()
-        sink = _DatasetSink(staging / DATASET_DIR, report, use_videos, threads)
+        destination = _Destination(sink_factory(staging, report), report.sources)
         eligible = [item for item in tasks if item.outcome.reason is None]
         try:
-            with ThreadPoolExecutor(max(1, threads), "rpent-flywheel-read") as pool:
+            with ThreadPoolExecutor(max(1, read_threads), "rpent-flywheel-read") as pool:
                 for item in tqdm(eligible, desc="exporting tasks", disable=not eligible):
-                    _export_task(item, sink, pool)
-            sink.finalize()
+                    _export_task(item, destination, pool)
+            written = destination.sink.finalize()
         except BaseException:
-            sink.abort()
+            destination.sink.abort()
             raise
-        if sink.dataset is not None:
-            report.dataset_dir = str(output_dir / DATASET_DIR)
+        if written is not None:
+            report.dataset_dir = str(output_dir / written)
         text = json.dumps(report.to_json(), indent=2)
         (staging / REPORT_FILE).write_text(text + "\n", encoding="utf-8")
 
 
-def export_flywheel(
+def export_records(
     input_root: str | os.PathLike[str],
     output_dir: str | os.PathLike[str],
-    image_writer_threads: int = 0,
-    use_videos: bool = True,
+    sink_factory: SinkFactory,
     include_sources: tuple[str, ...] = (),
+    read_threads: int = 1,
     key_style: KeyStyle = "rpent",
 ) -> ExportReport:
-    """Export the successful, VLA-driven actions under `input_root` to `output_dir`.
+    """Export the kept actions under `input_root` through a sink, with `report.json`.
+
+    The rules, the one-robot check, the staging folder and the report are the same whatever
+    the sink writes (`export_flywheel`: a LeRobot dataset;
+    `rpent_agents.stage1.record_export`: a Stage 1 frame cache).
 
     Args:
         input_root: One task folder (holds `task.json`), a run folder or any parent.
-        output_dir: Folder to create: dataset in `train/`, counts in `report.json`.
-        image_writer_threads: LeRobot image writer threads (0: one image at a time); as many
-            threads (at least one) decode the recorded images ahead of the writer.
-        use_videos: Store camera images as MP4 videos (True) or PNG frames (False).
+        output_dir: Folder to create: what the sink writes, counts in `report.json`.
+        sink_factory: Makes the sink from the staging folder and the report.
         include_sources: Sources exported besides the VLA's: ("actor",) adds the RL actor's
             executed actions (the actor-data flywheel); () keeps the default rules.
-        key_style: Feature names: "rpent" (`image`, `state`, `actions`, ...) or "lerobot"
-            (`observation.images.image`, `observation.state`, `action`, ...).
+        read_threads: Threads decoding the recorded images ahead of the sink (at least one).
+        key_style: The feature names the report records (and a LeRobot sink uses).
 
     Returns:
         The report (also written to `output_dir/report.json`).
@@ -360,7 +319,7 @@ def export_flywheel(
     _check_one_robot(tasks, report)
     failure = None
     try:
-        _write_export(tasks, report, output_dir, use_videos, image_writer_threads)
+        _write_export(tasks, report, output_dir, sink_factory, read_threads)
     except OSError as error:
         logger.debug("writing %s failed", output_dir, exc_info=True)
         failure = ExportWriteError(
@@ -373,3 +332,42 @@ def export_flywheel(
         raise failure
     logger.info("exported %d frames, %d episodes to %s", report.frames, report.episodes, output_dir)
     return report
+
+
+def export_flywheel(
+    input_root: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    image_writer_threads: int = 0,
+    use_videos: bool = True,
+    include_sources: tuple[str, ...] = (),
+    key_style: KeyStyle = "rpent",
+) -> ExportReport:
+    """Export the successful, VLA-driven actions under `input_root` to a LeRobot dataset.
+
+    Args:
+        input_root: One task folder (holds `task.json`), a run folder or any parent.
+        output_dir: Folder to create: dataset in `train/`, counts in `report.json`.
+        image_writer_threads: LeRobot image writer threads (0: one image at a time); as many
+            threads (at least one) decode the recorded images ahead of the writer.
+        use_videos: Store camera images as MP4 videos (True) or PNG frames (False).
+        include_sources: Sources exported besides the VLA's: ("actor",) adds the RL actor's
+            executed actions (the actor-data flywheel); () keeps the default rules.
+        key_style: Feature names: "rpent" (`image`, `state`, `actions`, ...) or "lerobot"
+            (`observation.images.image`, `observation.state`, `action`, ...).
+
+    Returns:
+        The report (also written to `output_dir/report.json`).
+
+    Raises:
+        FileExistsError: When `output_dir` exists.
+        FileNotFoundError: When `input_root` is not a folder.
+        MixedRecordsError: When the records mix envs, robots or control rates.
+        ValueError: For bad options or an `output_dir` inside `input_root`.
+        ExportWriteError: When writing the output fails (nothing is left at `output_dir`).
+    """
+    sink_factory = functools.partial(
+        LeRobotSink, use_videos=use_videos, image_writer_threads=image_writer_threads
+    )
+    return export_records(
+        input_root, output_dir, sink_factory, include_sources, image_writer_threads, key_style
+    )

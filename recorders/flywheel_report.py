@@ -77,9 +77,9 @@ class ExportReport:
             total.update(getattr(task, f"excluded_{category}"))
         return dict(sorted(total.items()))
 
-    def to_json(self) -> dict[str, Any]:
-        """The report as a JSON object (counts first, then per-task details)."""
-        return {
+    def to_json(self, with_tasks: bool = True) -> dict[str, Any]:
+        """The report as a JSON object (counts first, then per-task details unless left out)."""
+        report = {
             "input_root": self.input_root,
             "output_dir": self.output_dir,
             "sources": list(self.sources),
@@ -99,5 +99,7 @@ class ExportReport:
                 category: self.excluded(category)
                 for category in ("tasks", "actions", "predictions", "planner_records")
             },
-            "tasks": [task.to_json() for task in self.tasks],
         }
+        if with_tasks:
+            report["tasks"] = [task.to_json() for task in self.tasks]
+        return report

@@ -1,9 +1,17 @@
 # Source on the GPU machine: install the carried packages once, point Python and Vulkan at them.
-# RPENT_DRY_RUN=1 (a CPU machine with .venv): run the same job small, on the CPU, as a check.
+# RPENT_DRY_RUN=1 (a CPU machine with a venv at RPENT_VENV, default .venv): run the same job
+# small, on the CPU, as a check (this checkout's code first on the path).
+# RPENT_INSTALLED=1 (a GPU machine of your own, RPent and its extras installed): the python3 on
+# the PATH, GPU rendering and features, nothing unpacked.
 if [ "${RPENT_DRY_RUN:-0}" = 1 ]; then
-  export PATH="$PWD/.venv/bin:$PATH" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-  python3() { "$PWD/.venv/bin/python" "$@"; }
+  venv="${RPENT_VENV:-$PWD/.venv}"
+  export PATH="$venv/bin:$PATH" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  python3() { "$venv/bin/python" "$@"; }
   RENDER=cpu DEVICE=cpu
+elif [ "${RPENT_INSTALLED:-0}" = 1 ]; then
+  export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+  RENDER=gpu DEVICE=cuda
 else
   if [ ! -d /tmp/site/mani_skill ]; then bash bench/device/unpack_carry.sh; fi
   export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1

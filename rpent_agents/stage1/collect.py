@@ -37,14 +37,13 @@ from tqdm import tqdm
 
 from recorders.lerobot_io import ACTION_KEY, create_dataset, dataset_features, staged_output_dir
 from rpent_agents.common.cli import command
-from rpent_agents.stage1.frame_cache import IMAGE_KEYS, FrameCache
+from rpent_agents.stage1.frame_cache import CACHE_FILE, cache_from_episodes
 from rpent_envs import PEG_INSERTION_ID
 from rpent_envs.image_demand import image_demand_of
 from rpent_envs.maniskill.expert import ARM_DOF, PegInsertionExpert
 
 logger = logging.getLogger(__name__)
 COLLECT_MANIFEST = "rpent_collect.json"
-CACHE_FILE = "frames.npz"
 FPS = 10
 Frame = dict[str, Any]
 
@@ -237,21 +236,8 @@ class FrameCacheSink:
 
     def finish(self) -> None:
         """Stack every frame and save the cache (images of the frames that have them)."""
-        frames = [frame for episode in self.episodes for frame in episode]
-        tasks = sorted({frame["task"] for frame in frames})
-        episode_index = [i for i, episode in enumerate(self.episodes) for _ in episode]
-        image_step = [step for step, frame in enumerate(frames) if "image" in frame]
-        cache = FrameCache(
-            **{key: np.stack([frames[step][key] for step in image_step]) for key in IMAGE_KEYS},
-            state=np.stack([frame["state"] for frame in frames]).astype(np.float32),
-            actions=np.stack([frame[ACTION_KEY] for frame in frames]).astype(np.float32),
-            episode_index=np.asarray(episode_index, dtype=np.int64),
-            task_index=np.asarray([tasks.index(f["task"]) for f in frames], dtype=np.int64),
-            tasks=tasks,
-            image_step=np.asarray(image_step, dtype=np.int64),
-        )
         self.root.mkdir(parents=True, exist_ok=True)
-        cache.save(self.root / CACHE_FILE)
+        cache_from_episodes(self.episodes).save(self.root / CACHE_FILE)
 
 
 def _check_args(args: CollectArgs) -> None:

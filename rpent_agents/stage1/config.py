@@ -12,12 +12,27 @@ from rpent_agents.features.rl_token import RLTokenConfig
 
 @dataclass
 class ExportCacheArgs:
-    """Read a LeRobot dataset made by `rpent-collect` into one `.npz` frame cache."""
+    """Write a `.npz` frame cache of a LeRobot dataset, or of trajectory records.
 
-    dataset: Path
-    """LeRobot dataset folder."""
-    output: Path
-    """Cache file to write (`.npz`)."""
+    `--dataset D --output F.npz` reads a LeRobot dataset (needs lerobot); `--from-records R
+    --output-dir O` exports records under the flywheel rules into `O/frames.npz` and
+    `O/report.json` (no lerobot).
+    """
+
+    dataset: Path | None = None
+    """LeRobot dataset folder (`rpent-collect`, `rpent-flywheel`; needs lerobot)."""
+    output: Path | None = None
+    """With --dataset: the cache file to write (`.npz`)."""
+    from_records: Path | None = None
+    """Trajectory records (a run folder, a task folder or any parent): export their kept
+    frames as `rpent-flywheel` does, without lerobot."""
+    output_dir: Path | None = None
+    """With --from-records: the folder to create, with `frames.npz` and `report.json`."""
+    include_sources: tuple[Literal["actor"], ...] = ()
+    """With --from-records: sources exported besides the VLA's (`actor`: the RL actor's
+    executed actions)."""
+    read_threads: int = 4
+    """With --from-records: threads decoding the recorded images."""
 
 
 @dataclass

@@ -15,6 +15,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,6 +24,8 @@ from tqdm import tqdm
 from rpent_agents.common.finite_checks import first_non_finite_entry
 
 logger = logging.getLogger(__name__)
+CACHE_FILE = "frames.npz"
+"""The cache's name inside a folder that holds one (`rpent-collect --npz-cache`, an export)."""
 IMAGE_KEYS = ("image", "wrist_image")
 STEP_KEYS = ("state", "actions", "episode_index", "task_index")
 ARRAY_KEYS = (*IMAGE_KEYS, *STEP_KEYS, "image_step")
@@ -114,6 +117,31 @@ class FrameCache:
             last[members] = members[-1]
         valid = starts <= last[:, None]
         return np.minimum(starts, last[:, None]), valid
+
+
+def cache_from_episodes(episodes: list[list[dict[str, Any]]]) -> FrameCache:
+    """The cache of in-memory episodes, in order.
+
+    Args:
+        episodes: Each a list of frames: `state`, `actions` and `task` (the instruction) every
+            step, the `IMAGE_KEYS` cameras on the steps that have images (every step, or some).
+
+    Returns:
+        The cache; `tasks` sorted, images of the frames that have them.
+    """
+    frames = [frame for episode in episodes for frame in episode]
+    tasks = sorted({frame["task"] for frame in frames})
+    episode_index = [index for index, episode in enumerate(episodes) for _ in episode]
+    image_step = [step for step, frame in enumerate(frames) if IMAGE_KEYS[0] in frame]
+    return FrameCache(
+        **{key: np.stack([frames[step][key] for step in image_step]) for key in IMAGE_KEYS},
+        state=np.stack([frame["state"] for frame in frames]).astype(np.float32),
+        actions=np.stack([frame["actions"] for frame in frames]).astype(np.float32),
+        episode_index=np.asarray(episode_index, dtype=np.int64),
+        task_index=np.asarray([tasks.index(frame["task"]) for frame in frames], dtype=np.int64),
+        tasks=tasks,
+        image_step=np.asarray(image_step, dtype=np.int64),
+    )
 
 
 def require_finite_steps(cache: FrameCache, source: Path) -> FrameCache:

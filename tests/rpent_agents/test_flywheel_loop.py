@@ -11,6 +11,7 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 from recorders.trajectory import TrajectoryReader
 from rpent_agents.features.checkpoint import load_checkpoint
+from rpent_agents.stage1.frame_cache import CACHE_FILE, FrameCache, cache_from_lerobot
 
 PEG_KWARGS = json.dumps({"image_size": 32, "render_backend": "cpu"})
 
@@ -86,3 +87,17 @@ def test_the_fine_tuned_checkpoint_keeps_the_source_norm_stats_and_runs(loop):
     )  # fmt: skip
     assert json.loads(summary)["episodes"] == 1
     assert (root / "eval" / "run_summary.json").is_file()
+
+
+def test_the_records_export_to_a_frame_cache_equal_to_the_lerobot_export(loop):
+    root, _, _ = loop
+    command(
+        "rpent_agents.stage1.train", "export-cache", "--from-records", root / "run",
+        "--output-dir", root / "cache",
+    )  # fmt: skip
+    cache = FrameCache.load(root / "cache" / CACHE_FILE)
+    reference = cache_from_lerobot(root / "export" / "train")
+    assert len(cache) == len(reference) > 0
+    for key in ("image", "wrist_image", "state", "actions", "episode_index"):
+        np.testing.assert_array_equal(getattr(cache, key), getattr(reference, key), err_msg=key)
+    assert cache.tasks == reference.tasks == ["insert the peg in the hole"]
