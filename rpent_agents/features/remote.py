@@ -3,7 +3,8 @@
 Server: `rpent-feature-server --checkpoint CKPT --port 8000` hosts a Stage 1 checkpoint with
 `openpi_server.WebsocketPolicyServer` (OpenPI's websocket + msgpack-numpy protocol);
 `--pi05-checkpoint CKPT --tokenizer-dir TOK` hosts pi0.5 instead (prefix tokens and reference
-chunks; its fast path's `--batch-buckets`, `--compile-cache-dir` and `--warm-up`). Each
+chunks; its fast path's `--batch-buckets`, `--compile-cache-dir`, and `--no-warm-up` to skip
+compiling every bucket before it listens). Each
 request is a batch: `observations` (dict of stacked arrays: `image`, `wrist_image`, `state`),
 `instructions` (list of str) and `want` ("z_rl" or "prefix"); the reply holds `z_rl` or the
 prefix tokens, pad mask and image token count, plus `ref_chunk` (env units). The metadata sent
@@ -232,8 +233,10 @@ class ServeArgs:
     compile_cache_dir: Path | None = None
     """pi0.5 fast path: compile cache root; default $RPENT_COMPILE_CACHE_DIR, else
     ~/.cache/rpent/compile."""
-    warm_up: bool = False
-    """pi0.5 fast path: compile (or load from the compile cache) every bucket before serving."""
+    warm_up: bool = True
+    """pi0.5 fast path: compile (or load from the compile cache) every bucket before serving; a
+    bucket compiled inside a request blocks the websocket's keepalive pings past the client's
+    20 s timeout, which closes the connection."""
 
 
 def main() -> None:
