@@ -14,17 +14,17 @@ architecture and config, dtypes, device kind, torch version, compile mode)::
     <root>/<model>-<key>/bucket-<n>.json    the bucket's first-ever compile seconds
     <root>/<model>-<key>/bucket-<n>.artifacts  its mega-cache (portable to a twin machine)
     <root>/<model>-<key>/inductor/          torch's caches while compiling (C++/Triton builds)
-    <root>/<model>-<key>/manifest.json      the size of every file above, as last saved
+    <root>/<model>-<key>/manifest.json      the size of every file above after each warm-up
 
 `<root>` is the `compile_cache_dir` argument, else `$RPENT_COMPILE_CACHE_DIR`, else
 `$XDG_CACHE_HOME/rpent/compile` (default `~/.cache/rpent/compile`). Torch's own cache keys guard
 correctness; the folder key only groups what one model wrote, so clearing one is safe at any
 time: `clear_compile_cache()`, or `python -m rpent_agents.features.compile_cache --clear`.
 A damaged cache (a truncated file, a half-copied folder) is never fatal, and is logged as a
-warning: a folder whose files differ in size from its manifest (or whose manifest does not read)
-is cleared before use (a truncated kernel library would crash the process that loads it), an
-artifacts file that does not load is deleted, and a warm-up that fails while reading the cache
-clears the folder and compiles afresh.
+warning: before use, the files whose size differs from the manifest's are deleted (a truncated
+kernel library would crash the process that loads it; torch builds the missing ones again) and
+an unreadable manifest clears the folder; an artifacts file that does not load is deleted; a
+warm-up that fails while reading the cache clears the folder and compiles afresh.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class CompileCache:
         A failure while cached files were in use is taken for a damaged cache: the folder is
         cleared and the calls run again, compiling; a failure without them is raised.
         """
-        self._clear_if_damaged()
+        self._drop_damaged_files()
         used_cache = self._inductor_folder.is_dir() or self._artifacts_path(bucket).is_file()
         try:
             return self._timed_warm_up(bucket, first_calls)
@@ -126,32 +126,37 @@ class CompileCache:
         """Delete this model's folder (the next warm-up compiles)."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _clear_if_damaged(self) -> None:
-        """Clear the folder when a file it lists has another size (or the list is unreadable).
+    def _drop_damaged_files(self) -> None:
+        """Delete the files whose size differs from the manifest's (all, if it is unreadable).
 
-        A listed file that is gone is fine: torch renames its temporary files.
+        Torch rebuilds what is missing (a kernel library from its source, a graph by
+        compiling); a listed file that is gone is fine (torch renames its temporary files).
         """
         manifest = self.folder / MANIFEST_FILE
         if not manifest.exists():
             return
         try:
             sizes = json.loads(manifest.read_text())
-            changed = [
-                name
+            damaged = [
+                self.folder / name
                 for name, size in sizes.items()
                 if (self.folder / name).is_file() and (self.folder / name).stat().st_size != size
             ]
         except (OSError, ValueError, AttributeError) as error:
-            changed = [f"{MANIFEST_FILE} ({error})"]
-        if changed:
-            logger.warning(
-                "compile cache %s is damaged (%d file(s) changed size since saved, e.g. %s);"
-                " cleared it",
-                self.folder,
-                len(changed),
-                changed[0],
-            )
+            logger.warning("%s does not read (%s); cleared %s", manifest, error, self.folder)
             self.clear()
+            return
+        if damaged:
+            logger.warning(
+                "compile cache %s is damaged: deleted %d file(s) whose size changed since saved"
+                " (e.g. %s); torch builds them again",
+                self.folder,
+                len(damaged),
+                damaged[0].relative_to(self.folder),
+            )
+            for path in damaged:
+                path.unlink(missing_ok=True)
+            self._write_manifest()
 
     def _write_manifest(self) -> None:
         sizes = {
@@ -183,9 +188,12 @@ class CompileCache:
             seconds = time.perf_counter() - start
             hits, misses = (after - was for after, was in zip(_cache_counts(), before, strict=True))
             if hits > 0 and misses == 0:
-                return BucketWarmup(seconds, "cache", self._first_compile_s(bucket))
-            self._save(bucket, seconds)
-        return BucketWarmup(seconds, "compiled", seconds)
+                warmup = BucketWarmup(seconds, "cache", self._first_compile_s(bucket))
+            else:
+                self._save(bucket, seconds)
+                warmup = BucketWarmup(seconds, "compiled", seconds)
+        self._write_manifest()  # what this warm-up rebuilt or added is listed too
+        return warmup
 
     def _load_artifacts(self, bucket: int) -> None:
         path = self._artifacts_path(bucket)
@@ -207,7 +215,6 @@ class CompileCache:
         record = {"bucket": bucket, "first_compile_s": round(compile_s, 3), "at": time.ctime()}
         _write_atomically(self._record_path(bucket), json.dumps(record).encode())
         _write_atomically(self.folder / KEY_FILE, json.dumps(self.facts, indent=1).encode())
-        self._write_manifest()
 
     def _first_compile_s(self, bucket: int) -> float | None:
         return _read_first_compile_s(self._record_path(bucket))

@@ -48,15 +48,23 @@ def test_second_warm_up_is_served_from_the_folder(tmp_path):
     assert cached_models(tmp_path) == [CompileCache(tmp_path, FACTS).folder]
 
 
-def test_damaged_files_are_cleared_and_compiled_again(tmp_path, caplog):
+def test_damaged_files_are_deleted_and_built_again(tmp_path, caplog):
     cache = CompileCache(tmp_path, FACTS)
     warm_up(cache)
     for path in cache.folder.rglob("*"):  # a copy cut short, the kernels' libraries included
         if path.is_file() and path.name != MANIFEST_FILE:
             path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     assert warm_up(cache).source == "compiled"
-    assert "is damaged" in caplog.text
+    assert "is damaged: deleted" in caplog.text
     assert warm_up(cache).source == "cache"  # and the new compile was saved whole
+
+
+def test_an_unreadable_manifest_clears_the_folder(tmp_path, caplog):
+    cache = CompileCache(tmp_path, FACTS)
+    warm_up(cache)
+    (cache.folder / MANIFEST_FILE).write_text("{not json")
+    assert warm_up(cache).source == "compiled"
+    assert "does not read" in caplog.text
 
 
 def test_unreadable_artifacts_are_deleted(tmp_path, caplog):
