@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -64,6 +65,14 @@ def default_cache_root() -> Path:
     if os.environ.get(CACHE_DIR_ENV):
         return Path(os.environ[CACHE_DIR_ENV]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rpent" / "compile"
+
+
+def device_kind(device: torch.device) -> str:
+    """What a compile is specific to: the GPU model and its compute capability, or the CPU."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{torch.cuda.get_device_name(device)} (sm_{major}{minor})"
+    return f"{device.type} {platform.machine()}"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from rpent_agents.features.compile_cache import BucketWarmup, CompileCache, default_cache_root
+from rpent_agents.features.compile_cache import (
+    BucketWarmup,
+    CompileCache,
+    default_cache_root,
+    device_kind,
+)
 from rpent_agents.features.protocol import PrefixFeatures
 
 logger = logging.getLogger(__name__)
@@ -357,20 +361,13 @@ class PI05FeatureModel:
         return {
             "model": "pi05",
             "torch": torch.__version__,
-            "device": _device_kind(self.device),
+            "device": device_kind(self.device),
             "compile_mode": self.compile_mode,
             "dtypes": sorted({dtype for _, _, dtype in layout}),
             "parameters": sum(int(np.prod(shape)) for _, shape, _ in layout),
             "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),
             "config": {name: str(getattr(config, name)) for name in COMPILED_CONFIG_FIELDS},
         }
-
-
-def _device_kind(device: torch.device) -> str:
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"{torch.cuda.get_device_name(device)} (sm_{major}{minor})"
-    return f"{device.type} {platform.machine()}"
 
 
 def _checked_buckets(batch_buckets: Sequence[int]) -> tuple[int, ...]:
