@@ -10,8 +10,16 @@ path). pi0.5 runs along several paths (`--pi05-paths`):
 - `in-process`: raw observations -> `z_rl` + chunk through `RLTFeaturizer` (fast path, a random
   RL token), what the RL stage calls;
 - `remote`: the same through `rpent-feature-server`'s policy and `RemoteFeatureModel` over
-  loopback (a server process of this script, `--serve`, with its own fast-path model; its
-  fast-path log lines show its compile seconds).
+  loopback (a server process of this script, `--serve`, with its own fast-path model, warmed
+  up on the batch sizes before it listens; `listening_after_s` is its start, cache loads
+  included, and its log lines show each bucket's warm-up).
+
+Every JSON line printed also goes to `--jsonl PATH` (appended, each tagged with `--label`), the
+file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows carry the
+bucket's warm-up (`source`: "compiled" or "cache", `first_compile_s`) and `since_start_s`, the
+seconds from this process's start to the end of the row's first call; the compile cache lives
+in `--compile-cache-dir` (default: the library's, `~/.cache/rpent/compile`), so a second run of
+this script is the "second start" (and its `remote` path a feature-server restart).
 
 The pi0.5 pre-processor here is a stand-in (images to the device, fixed random prompt tokens
 filling a quarter of the 200 slots): the stock one needs the PaliGemma tokenizer.
@@ -26,13 +34,17 @@ and is skipped with a message when it is missing; the remote path needs the `rem
 """
 
 import argparse
+import functools
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,6 +57,22 @@ from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 INSTRUCTION = "insert the peg in the hole"
 PI05_PATHS = ("eager", "fast", "in-process", "remote")
 SERVER_START_S = 600.0  # the server process builds its own pi0.5 before it listens
+JSONL = {"path": None, "label": ""}  # --jsonl, --label
+
+
+def emit(record):
+    """Print one JSON line, and append it (tagged with the label) to --jsonl."""
+    print(json.dumps(record), flush=True)
+    if JSONL["path"] is not None:
+        with JSONL["path"].open("a") as file:
+            file.write(json.dumps({"label": JSONL["label"]} | record) + "\n")
+
+
+def process_age_s():
+    """Seconds since this process started (Linux: /proc)."""
+    start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+    return round(uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"), 2)
 
 
 def synchronized(call, device):
@@ -56,10 +84,13 @@ def synchronized(call, device):
 
 
 def timed(call, device, iterations):
-    """(first call's seconds, mean seconds of `iterations` calls after a second warm-up call)."""
+    """(first call's seconds, the process's age after it, mean seconds of `iterations` calls
+    after a second warm-up call)."""
     first = synchronized(call, device)  # warm-up (kernels, allocator; compile and capture)
+    age_s = process_age_s()
     call()
-    return first, synchronized(lambda: [call() for _ in range(iterations)], device) / iterations
+    mean_s = synchronized(lambda: [call() for _ in range(iterations)], device) / iterations
+    return first, age_s, mean_s
 
 
 def autocast(device, dtype):
@@ -171,11 +202,17 @@ def rlt_call(featurizer, resolution, batch_size):
     return lambda: featurizer.rlt_features(observations, [INSTRUCTION] * batch_size)
 
 
-def pi05_featurizer(policy, device, fast_path):
+def pi05_featurizer(policy, device, fast_path, compile_cache_dir=None):
     from rpent_agents.features.pi05 import PI05FeatureModel
 
     preprocess = stand_in_preprocessor(policy, device)
-    model = PI05FeatureModel(policy, preprocess, lambda chunk: chunk, fast_path=fast_path)
+    model = PI05FeatureModel(
+        policy,
+        preprocess,
+        lambda chunk: chunk,
+        fast_path=fast_path,
+        compile_cache_dir=compile_cache_dir,
+    )
     return RLTFeaturizer(model, RLToken(RLTokenConfig(dim=model.prefix_dim, prefix_seq_len=1024)))
 
 
@@ -187,7 +224,11 @@ def serve(args, device, dtype):
     from rpent_agents.features.remote import FeatureServerPolicy
 
     policy, _ = pi05_policy(args.size, device, dtype)
-    server_policy = FeatureServerPolicy(pi05_featurizer(policy, device, fast_path=True))
+    featurizer = pi05_featurizer(policy, device, True, args.compile_cache_dir)
+    # Warmed up before it listens: a compile inside a request would block the websocket's
+    # keepalive pings past the client's 20 s timeout (as `rpent-feature-server --warm-up`).
+    featurizer.feature_model.warm_up(args.batch_sizes)
+    server_policy = FeatureServerPolicy(featurizer)
     WebsocketPolicyServer(
         server_policy, host="127.0.0.1", port=args.serve, metadata=server_policy.metadata
     ).serve_forever()
@@ -201,11 +242,18 @@ def start_server(args):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command = [sys.executable, __file__, "--serve", str(port), "--device", args.device]
-    server = subprocess.Popen([*command, "--dtype", args.dtype, "--size", args.size])
-    deadline = time.monotonic() + SERVER_START_S
+    command += ["--dtype", args.dtype, "--size", args.size, "--batch-sizes"]
+    command += [str(size) for size in args.batch_sizes]
+    if args.compile_cache_dir is not None:
+        command += ["--compile-cache-dir", str(args.compile_cache_dir)]
+    server, started = subprocess.Popen(command), time.monotonic()
+    deadline = started + SERVER_START_S
     while True:
         try:
-            return server, RemoteFeatureModel("127.0.0.1", port, connect_timeout_s=5.0)
+            remote = RemoteFeatureModel("127.0.0.1", port, connect_timeout_s=5.0)
+            listening_s = round(time.monotonic() - started, 2)
+            emit({"model": "pi0.5 feature server", "listening_after_s": listening_s})
+            return server, remote
         except ConnectionError:
             if server.poll() is not None:
                 raise RuntimeError(f"the feature server exited with {server.returncode}") from None
@@ -216,35 +264,53 @@ def start_server(args):
 
 def pi05_report(policy, resolution, device, args):
     eager = pi05_featurizer(policy, device, fast_path=False).feature_model
-    in_process = pi05_featurizer(policy, device, fast_path=True)
+    in_process = pi05_featurizer(policy, device, True, args.compile_cache_dir)
     fast = in_process.feature_model
     makers = {
         "eager": lambda batch: policy_batch_call(eager, resolution, device, batch),
         "fast": lambda batch: policy_batch_call(fast, resolution, device, batch),
         "in-process": lambda batch: rlt_call(in_process, resolution, batch),
     }
-    server = None
-    if "remote" in args.pi05_paths:
-        server, remote = start_server(args)
-        makers["remote"] = lambda batch: rlt_call(remote, resolution, batch)
-    rows = []
+    server, rows = None, []
     try:
         for path in args.pi05_paths:
+            if path == "remote":  # started after the in-process rows: it reads their compiles
+                server, remote = start_server(args)
+                makers["remote"] = functools.partial(rlt_call, remote, resolution)
             name = f"pi0.5 (PI05Policy) {path}"
-            rows += report(name, args.batch_sizes, makers[path], device, args.iterations)
+            warmups = fast.warmup if path in ("fast", "in-process") else None
+            rows += report(name, args.batch_sizes, makers[path], device, args.iterations, warmups)
     finally:
         if server is not None:
             server.terminate()
             server.wait()
-    summary = {"model": "pi0.5 fast path", "compile_mode": fast.compile_mode}
-    print(json.dumps(summary | {"warmup_s": fast.warmup_s}))
+    emit(
+        {
+            "model": "pi0.5 fast path",
+            "compile_mode": fast.compile_mode,
+            "compile_cache": str(fast.compile_cache_dir),
+            "warmup": {bucket: asdict(warmup) for bucket, warmup in fast.warmup.items()},
+            "compile_times_s": dynamo_compile_times(),
+        }
+    )
     return rows
 
 
-def report(name, batch_sizes, make_call, device, iterations):
+def dynamo_compile_times(top=12):
+    """torch's compile-phase timers of this process (seconds, summed), the largest first."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    totals = {name: sum(values) for name, values in compilation_time_metrics.items()}
+    ranked = sorted(totals, key=totals.get, reverse=True)[:top]
+    return {name: round(totals[name], 2) for name in ranked}
+
+
+def report(name, batch_sizes, make_call, device, iterations, warmups=None):
+    """One row per batch size; `warmups`: the fast-path model's, for its bucket's warm-up."""
     rows = []
     for batch_size in batch_sizes:
-        first, seconds = timed(make_call(batch_size), device, iterations)
+        known = set(warmups or ())
+        first, age_s, seconds = timed(make_call(batch_size), device, iterations)
         rows.append(
             {
                 "model": name,
@@ -252,9 +318,14 @@ def report(name, batch_sizes, make_call, device, iterations):
                 "latency_ms": round(1000 * seconds, 2),
                 "obs_per_s": round(batch_size / seconds, 1),
                 "first_call_s": round(first, 2),
+                "since_start_s": age_s,
             }
         )
-        print(json.dumps(rows[-1]), flush=True)
+        for bucket in set(warmups or ()) - known:  # warmed up by this row's first call
+            rows[-1] |= {"bucket": bucket, "source": warmups[bucket].source}
+            first_compile_s = warmups[bucket].first_compile_s
+            rows[-1]["first_compile_s"] = first_compile_s and round(first_compile_s, 2)
+        emit(rows[-1])
     return rows
 
 
@@ -267,8 +338,14 @@ def main():
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--models", nargs="+", default=["builtin", "pi05"])
     parser.add_argument("--pi05-paths", nargs="+", default=PI05_PATHS, choices=PI05_PATHS)
+    parser.add_argument("--compile-cache-dir", type=Path, help="default: the library's")
+    parser.add_argument("--jsonl", type=Path, help="append every JSON line to this file")
+    parser.add_argument("--label", default="", help="tags the --jsonl lines (e.g. the run)")
     parser.add_argument("--serve", type=int, metavar="PORT", help="(internal) the remote path")
     args = parser.parse_args()
+    if args.jsonl is not None:
+        args.jsonl.parent.mkdir(parents=True, exist_ok=True)
+        JSONL.update(path=args.jsonl, label=args.label)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("rpent_agents.features.pi05").setLevel(logging.INFO)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -278,7 +355,7 @@ def main():
         return
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     header.update(dtype=args.dtype, size=args.size, torch=torch.__version__)
-    print(json.dumps(header))
+    emit(header | {"started_s": process_age_s()})
     rows = []
     if "builtin" in args.models:
         make = lambda batch: builtin_call(args.size, device, dtype, batch)  # noqa: E731
@@ -287,10 +364,10 @@ def main():
         try:
             policy, resolution = pi05_policy(args.size, device, dtype)
         except ImportError as error:
-            print(json.dumps({"model": "pi05", "skipped": f"needs the pi extra: {error}"}))
+            emit({"model": "pi05", "skipped": f"needs the pi extra: {error}"})
         else:
             params = sum(parameter.numel() for parameter in policy.parameters())
-            print(json.dumps({"model": "pi05", "parameters": params}))
+            emit({"model": "pi05", "parameters": params, "built_s": process_age_s()})
             rows += pi05_report(policy, resolution, device, args)
     print("| model | batch | latency ms | obs/s | first call s |\n|---|---|---|---|---|")
     for row in rows:

@@ -1,22 +1,52 @@
 #!/usr/bin/env bash
-# GPU job (H200), issue 19: the pi0.5 fast path. First tests/rpent_agents/features/test_pi05_cuda.py
-# (the full-size PI05 with random weights in bf16, fast path against eager, same noise), then
-# bench/featurize.py on pi0.5 alone: eager, fast path, in process (raw observations -> z_rl) and
-# the feature server over loopback, batch 1 and 64, each with its first call's seconds (compile
-# and CUDA-graph capture on the fast path) and the fast path's warmup_s per batch bucket.
-# Carry .carry_pi (bash bench/device/pack_carry.sh pi); $OUT gets tests.log and featurize.log.
-#   bash bench/device/pi05_fast_path.sh [more bench/featurize.py arguments]
-# SKIP_TESTS=1: the bench alone (e.g. a second call on the warm machine when one call would
-# pass the 10-minute limit; the inductor cache in /tmp stays).
+# GPU job (H200), issue 28: the pi0.5 fast path, compiled once. Full-size PI05 with random
+# weights in bf16, batch 1 and 64, one compile cache for the whole job (RPENT_COMPILE_CACHE_DIR,
+# default /tmp/rpent_compile: /tmp outlives the job on a held machine):
+#   1. first_start: bench/featurize.py, fast path (compiles buckets 1 and 64: ~400 + ~490 s),
+#      in process (raw observations -> z_rl + chunk) and the feature server over loopback (a new
+#      process started after them: its warm-up before listening is a restart from the cache);
+#   2. second_start: bench/pi05_profile.py, a new process: each bucket's warm-up from the cache
+#      (first-call seconds and the process's age, goal <= 60 s), then torch.profiler over 3 warm
+#      calls per batch (kernels by device time, classes, device idle gaps, launch calls);
+#   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (~400 s, bucket 4).
+# Every step writes its log and its JSON lines under $JOB (default /tmp/job), outside the tree;
+# pi05_poll.sh packs them into one file of $OUT. Carry .carry_pi (pack_carry.sh pi). Start it
+# detached and poll (a job longer than the 10-minute command limit, ../shared/DEVICE.md):
+#   (setsid nohup bash bench/device/pi05_fast_path.sh > /tmp/job.log 2>&1 < /dev/null &)
+#   bash bench/device/pi05_poll.sh 560      # then again in each next call until it says DONE
+# STEPS="second_start" runs a subset (e.g. on a warm machine whose cache is already there);
+# DEVICE, DTYPE, SIZE and BATCH_SIZES override the H200 run's (a CPU dry run of the job:
+# DEVICE=cpu DTYPE=float32 SIZE=small BATCH_SIZES=1).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out="${OUT:-/tmp/out}"
-mkdir -p "$out"
+job="${JOB:-/tmp/job}"
+mkdir -p "$job"
 source bench/device/pi_env.sh
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -q -rs -p no:cacheprovider tests/rpent_agents/features/test_pi05_cuda.py \
-    > "$out/tests.log" 2>&1
-  tail -n 5 "$out/tests.log"
-fi
-python3 bench/featurize.py --device cuda --dtype bfloat16 --size full --models pi05 "$@" 2>&1 \
-  | tee "$out/featurize.log"
+export RPENT_COMPILE_CACHE_DIR="${RPENT_COMPILE_CACHE_DIR:-/tmp/rpent_compile}"
+read -ra batch_sizes <<< "${BATCH_SIZES:-1 64}"
+common=(--device "${DEVICE:-cuda}" --dtype "${DTYPE:-bfloat16}" --size "${SIZE:-full}")
+common+=(--batch-sizes "${batch_sizes[@]}")
+run_step() {  # name, command...: its log and exit status under $job
+  local name=$1
+  shift
+  echo "== $name start $(date +%T)" | tee -a "$job/steps.txt"
+  "$@" > "$job/$name.log" 2>&1
+  echo "== $name rc=$? end $(date +%T)" | tee -a "$job/steps.txt"
+}
+for step in ${STEPS:-first_start second_start tests}; do
+  case $step in
+    first_start)
+      run_step first_start python3 bench/featurize.py "${common[@]}" --models pi05 \
+        --pi05-paths fast in-process remote --jsonl "$job/h200_first_start.jsonl" \
+        --label "first start (compiles)" ;;
+    second_start)
+      run_step second_start python3 bench/pi05_profile.py "${common[@]}" \
+        --jsonl "$job/h200_second_start_profile.jsonl" ;;
+    tests)
+      [ "${RUN_TESTS:-0}" = 1 ] && run_step tests python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/rpent_agents/features/test_pi05_cuda.py ;;
+  esac
+done
+du -sh "$RPENT_COMPILE_CACHE_DIR" > "$job/compile_cache_size.txt" 2>&1
+python3 -m rpent_agents.features.compile_cache >> "$job/compile_cache_size.txt" 2>&1
+touch "$job/DONE"

@@ -13,15 +13,19 @@ tokenizer always comes from a local folder (`tokenizer_dir`), so nothing is down
 The fast path (on by default on CUDA) runs the same prefix pass and Euler loop through
 `torch.compile`: the batch is padded to a fixed bucket size (its first row repeated), so each
 bucket compiles once, and on CUDA the mode "reduce-overhead" replays the whole call as CUDA
-graphs from static buffers. The first call of each bucket pays the compile and capture; its
-seconds land in `warmup_s`. With torch 2.11 those CUDA graphs replay only in the thread that
-compiled them (pytorch/pytorch#123177): call the model from one thread.
+graphs from static buffers. The first call of each bucket pays the compile and capture; the
+compile is kept in RPent's compile cache (`features.compile_cache`: `~/.cache/rpent/compile` by
+default), so the next process on the same machine loads it instead. `warmup` tells, per bucket,
+the seconds, whether they compiled or came from the cache, and the first-ever compile's seconds.
+With torch 2.11 those CUDA graphs replay only in the thread that compiled them
+(pytorch/pytorch#123177): call the model from one thread.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from rpent_agents.features.compile_cache import (
+    BucketWarmup,
+    CompileCache,
+    default_cache_root,
+    device_kind,
+)
 from rpent_agents.features.protocol import PrefixFeatures
 
 logger = logging.getLogger(__name__)
@@ -36,6 +46,20 @@ PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
 RAW_CAMERA_KEYS = ("image", "wrist_image")
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# The PI05Config fields that shape the compiled graph (with the weights' names, shapes, dtypes)
+COMPILED_CONFIG_FIELDS = (
+    "chunk_size",
+    "max_action_dim",
+    "max_state_dim",
+    "num_inference_steps",
+    "tokenizer_max_length",
+    "image_resolution",
+    "input_features",
+    "output_features",
+    "empty_cameras",
+    "min_period",
+    "max_period",
+)
 # A bucket's first call compiles and runs the CUDA-graph warm-up, its second records the graphs;
 # later calls replay them.
 WARMUP_CALLS = 2
@@ -60,7 +84,9 @@ class PI05FeatureModel:
 
     Attributes:
         fast_path: Whether featurization runs compiled (see the module doc).
-        warmup_s: Seconds the first call of each batch bucket took to compile and capture.
+        warmup: Per batch bucket warmed up in this process, its `BucketWarmup` (seconds,
+            "compiled" or "cache", the first-ever compile's seconds).
+        compile_cache_dir: Root of the compile cache this model reads and writes.
 
     Example:
         >>> model = PI05FeatureModel.from_checkpoint("ckpt/pi05_peg", "tokenizers/paligemma")
@@ -77,6 +103,7 @@ class PI05FeatureModel:
         fast_path: bool | None = None,
         compile_mode: str | None = None,
         batch_buckets: Sequence[int] = BATCH_BUCKETS,
+        compile_cache_dir: Path | None = None,
     ) -> None:
         """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
 
@@ -89,7 +116,13 @@ class PI05FeatureModel:
             compile_mode: `torch.compile` mode; None: "reduce-overhead" (CUDA graphs) on
                 CUDA, "default" elsewhere.
             batch_buckets: Batch sizes the fast path pads to (a larger batch pads to a
-                multiple of the largest).
+                multiple of the largest); each compiles once, so fewer buckets compile faster.
+            compile_cache_dir: Root of the compile cache; None: `$RPENT_COMPILE_CACHE_DIR`,
+                else `~/.cache/rpent/compile` (`features.compile_cache`).
+
+        Raises:
+            ValueError: When `camera_keys` names a feature the policy lacks, or
+                `batch_buckets` is empty or holds a size below 1.
         """
         self.policy = policy.eval()
         self.preprocessor = preprocessor
@@ -108,8 +141,9 @@ class PI05FeatureModel:
         on_cuda = self.device.type == "cuda"
         self.fast_path = on_cuda if fast_path is None else fast_path
         self.compile_mode = compile_mode or ("reduce-overhead" if on_cuda else "default")
-        self.batch_buckets = tuple(sorted(batch_buckets))
-        self.warmup_s: dict[int, float] = {}
+        self.batch_buckets = _checked_buckets(batch_buckets)
+        self.compile_cache_dir = Path(compile_cache_dir or default_cache_root())
+        self.warmup: dict[int, BucketWarmup] = {}
         self._compiled = (
             torch.compile(self._prefix_pass_and_chunk, mode=self.compile_mode, dynamic=False)
             if self.fast_path
@@ -124,10 +158,13 @@ class PI05FeatureModel:
         device: str = "cpu",
         camera_keys: Mapping[str, str] | None = None,
         fast_path: bool | None = None,
+        batch_buckets: Sequence[int] = BATCH_BUCKETS,
+        compile_cache_dir: Path | None = None,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
 
-        `fast_path` as in the constructor (None: compiled on CUDA, eager elsewhere).
+        `camera_keys`, `fast_path` (None: compiled on CUDA, eager elsewhere), `batch_buckets`
+        and `compile_cache_dir` as in the constructor.
 
         Raises:
             FileNotFoundError: When a checkpoint or tokenizer file is missing.
@@ -165,11 +202,49 @@ class PI05FeatureModel:
             to_transition=policy_action_to_transition,
             to_output=transition_to_policy_action,
         )
-        return cls(policy.to(device), preprocessor, postprocessor, camera_keys, fast_path)
+        return cls(
+            policy.to(device),
+            preprocessor,
+            postprocessor,
+            camera_keys,
+            fast_path,
+            batch_buckets=batch_buckets,
+            compile_cache_dir=compile_cache_dir,
+        )
 
     @property
     def device(self) -> torch.device:  # noqa: D102
         return next(self.policy.parameters()).device
+
+    @property
+    def warmup_s(self) -> dict[int, float]:
+        """Seconds of each bucket's warm-up in this process (compile or cache load, capture)."""
+        return {bucket: warmup.seconds for bucket, warmup in self.warmup.items()}
+
+    def warm_up(self, batch_sizes: Sequence[int] | None = None) -> dict[int, BucketWarmup]:
+        """Compile (or load from the cache) the buckets of `batch_sizes` now, on blank inputs.
+
+        Args:
+            batch_sizes: Default: every bucket of `batch_buckets`.
+
+        Returns:
+            `warmup` (bucket -> `BucketWarmup`); nothing runs without the fast path.
+        """
+        if not self.fast_path:
+            return self.warmup
+        for size in batch_sizes or self.batch_buckets:
+            if _bucket_size(size, self.batch_buckets) not in self.warmup:
+                self.featurize([self._blank_observation()] * size, [""] * size)
+        return self.warmup
+
+    def _blank_observation(self) -> dict[str, np.ndarray]:
+        features = self.policy.config.input_features
+        observation = {
+            raw_key: np.zeros((*features[policy_key].shape[1:], 3), np.uint8)
+            for raw_key, policy_key in self.camera_keys.items()
+        }
+        observation["state"] = np.zeros(features["observation.state"].shape, np.float32)
+        return observation
 
     def _policy_batch(
         self, observations: Sequence[Mapping[str, Any]], instructions: Sequence[str]
@@ -259,19 +334,50 @@ class PI05FeatureModel:
         return tuple(output[:count].clone() for output in self._compiled(*padded))
 
     def _warm_up(self, bucket: int, padded: Sequence[torch.Tensor]) -> None:
-        start = time.perf_counter()
-        for _ in range(WARMUP_CALLS):
-            torch.compiler.cudagraph_mark_step_begin()
-            self._compiled(*padded)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        self.warmup_s[bucket] = time.perf_counter() - start
+        def first_calls() -> None:
+            for _ in range(WARMUP_CALLS):
+                torch.compiler.cudagraph_mark_step_begin()
+                self._compiled(*padded)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+
+        cache = CompileCache(self.compile_cache_dir, self._compile_facts())
+        warmup = self.warmup[bucket] = cache.warm_up(bucket, first_calls)
         logger.info(
-            "pi0.5 fast path: batch bucket %d compiled (%s) in %.1f s",
+            "pi0.5 fast path: batch bucket %d ready in %.1f s (%s, %s; first compile %s s; %s)",
             bucket,
+            warmup.seconds,
+            warmup.source,
             self.compile_mode,
-            self.warmup_s[bucket],
+            warmup.first_compile_s,
+            cache.folder,
         )
+
+    def _compile_facts(self) -> dict[str, Any]:
+        """What shapes the compiled code: the compile cache's key (`features.compile_cache`)."""
+        tensors = [*self.policy.named_parameters(), *self.policy.named_buffers()]
+        layout = [(name, tuple(value.shape), str(value.dtype)) for name, value in tensors]
+        config = self.policy.config
+        return {
+            "model": "pi05",
+            "torch": torch.__version__,
+            "device": device_kind(self.device),
+            "compile_mode": self.compile_mode,
+            "dtypes": sorted({dtype for _, _, dtype in layout}),
+            "parameters": sum(int(np.prod(shape)) for _, shape, _ in layout),
+            "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),
+            "config": {name: str(getattr(config, name)) for name in COMPILED_CONFIG_FIELDS},
+        }
+
+
+def _checked_buckets(batch_buckets: Sequence[int]) -> tuple[int, ...]:
+    buckets = tuple(sorted({int(size) for size in batch_buckets}))
+    if not buckets or buckets[0] < 1:
+        raise ValueError(
+            f"batch_buckets={tuple(batch_buckets)}: give one batch size or more, each >= 1"
+            " (e.g. (1, 8, 64))"
+        )
+    return buckets
 
 
 def _bucket_size(count: int, buckets: Sequence[int]) -> int:

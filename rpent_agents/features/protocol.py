@@ -86,16 +86,20 @@ class RLTFeaturizer:
         ((1, 256), (1, 10, 8))
     """
 
-    def __init__(self, feature_model: FeatureModel, rl_token: RLToken) -> None:
-        """Pair a feature model with the RL token trained on its prefix (same width D)."""
-        if rl_token.config.dim != feature_model.prefix_dim:
+    def __init__(self, feature_model: FeatureModel, rl_token: RLToken | None) -> None:
+        """Pair a feature model with the RL token trained on its prefix (same width D).
+
+        `rl_token=None`: prefix features only (a model no RL token was trained on, e.g. pi0.5
+        on the feature server); `rlt_features` then raises ValueError and `z_dim` is None.
+        """
+        if rl_token is not None and rl_token.config.dim != feature_model.prefix_dim:
             raise ValueError(
                 f"RL token dim {rl_token.config.dim} != feature model prefix_dim"
                 f" {feature_model.prefix_dim}; load the RL token trained with this model"
             )
         self.feature_model = feature_model
-        self.rl_token = rl_token.to(feature_model.device).eval()
-        self.z_dim = rl_token.config.dim
+        self.rl_token = None if rl_token is None else rl_token.to(feature_model.device).eval()
+        self.z_dim = None if rl_token is None else rl_token.config.dim
         self.chunk_len = feature_model.chunk_len
         self.action_dim = feature_model.action_dim
 
@@ -123,8 +127,14 @@ class RLTFeaturizer:
         """`z_rl` (B, D) float32 and the reference chunk (B, H, A) float32, as numpy.
 
         Raises:
-            ValueError: When an input or an output holds NaN or inf (see the class doc).
+            ValueError: When an input or an output holds NaN or inf (see the class doc), or
+                the featurizer has no RL token.
         """
+        if self.rl_token is None:
+            raise ValueError(
+                f"no RL token is paired with {type(self.feature_model).__name__}, so there is"
+                " no z_rl: ask for prefix features, or pass the RL token trained on its prefix"
+            )
         prefix = self.prefix_features(observations, instructions)
         z_rl = self.rl_token.encode(prefix.prefix_tokens, prefix.pad_mask, prefix.image_token_count)
         features = RLTFeatures(

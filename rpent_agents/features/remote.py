@@ -1,7 +1,10 @@
 """Feature models over the network: a GPU box serves featurization to a robot PC.
 
 Server: `rpent-feature-server --checkpoint CKPT --port 8000` hosts a Stage 1 checkpoint with
-`openpi_server.WebsocketPolicyServer` (OpenPI's websocket + msgpack-numpy protocol). Each
+`openpi_server.WebsocketPolicyServer` (OpenPI's websocket + msgpack-numpy protocol);
+`--pi05-checkpoint CKPT --tokenizer-dir TOK` hosts pi0.5 instead (prefix tokens and reference
+chunks; its fast path's `--batch-buckets`, `--compile-cache-dir`, and `--no-warm-up` to skip
+compiling every bucket before it listens). Each
 request is a batch: `observations` (dict of stacked arrays: `image`, `wrist_image`, `state`),
 `instructions` (list of str) and `want` ("z_rl" or "prefix"); the reply holds `z_rl` or the
 prefix tokens, pad mask and image token count, plus `ref_chunk` (env units). The metadata sent
@@ -30,6 +33,7 @@ import torch
 import tyro
 
 from rpent_agents.common.cli import command
+from rpent_agents.features.pi05 import BATCH_BUCKETS
 from rpent_agents.features.protocol import PrefixFeatures, RLTFeatures, RLTFeaturizer
 
 logger = logging.getLogger(__name__)
@@ -210,15 +214,29 @@ class RemoteFeatureModel:
 
 @dataclass
 class ServeArgs:
-    """Serve a Stage 1 checkpoint's featurization over a websocket (OpenPI protocol)."""
+    """Serve a Stage 1 checkpoint's featurization (or pi0.5's) over a websocket (OpenPI)."""
 
     checkpoint: Path | None = None
-    """Checkpoint folder; default: the embedded one."""
+    """Stage 1 checkpoint folder; default: the embedded one."""
     host: str = "127.0.0.1"
     """Interface to listen on (0.0.0.0 for every interface)."""
     port: int = 8000
     device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
     log_level: Literal["INFO", "WARNING"] = "INFO"
+    pi05_checkpoint: Path | None = None
+    """A LeRobot pi0.5 checkpoint folder (extra `pi`) served instead: prefix tokens and
+    reference chunks (no RL token is trained on pi0.5, so a z_rl request gets an error)."""
+    tokenizer_dir: Path | None = None
+    """The local PaliGemma tokenizer folder of --pi05-checkpoint."""
+    batch_buckets: tuple[int, ...] = BATCH_BUCKETS
+    """pi0.5 fast path: the batch sizes compiled, each once (fewer: a shorter first start)."""
+    compile_cache_dir: Path | None = None
+    """pi0.5 fast path: compile cache root; default $RPENT_COMPILE_CACHE_DIR, else
+    ~/.cache/rpent/compile."""
+    warm_up: bool = True
+    """pi0.5 fast path: compile (or load from the compile cache) every bucket before serving; a
+    bucket compiled inside a request blocks the websocket's keepalive pings past the client's
+    20 s timeout, which closes the connection."""
 
 
 def main() -> None:
@@ -234,11 +252,40 @@ def _serve(args: ServeArgs) -> None:
 
     from rpent_agents.features.checkpoint import load_featurizer
 
-    policy = FeatureServerPolicy(load_featurizer(args.checkpoint, args.device))
-    logger.info("serving %s on ws://%s:%d", args.checkpoint or "the default", args.host, args.port)
+    if args.pi05_checkpoint is not None:
+        policy = FeatureServerPolicy(pi05_featurizer(args))
+    else:
+        policy = FeatureServerPolicy(load_featurizer(args.checkpoint, args.device))
+    served = args.pi05_checkpoint or args.checkpoint or "the default"
+    logger.info("serving %s on ws://%s:%d", served, args.host, args.port)
     WebsocketPolicyServer(
         policy, host=args.host, port=args.port, metadata=policy.metadata
     ).serve_forever()
+
+
+def pi05_featurizer(args: ServeArgs) -> RLTFeaturizer:
+    """The pi0.5 model of `args` without an RL token, warmed up when `args.warm_up`.
+
+    Raises:
+        ValueError: When `tokenizer_dir` is missing or a Stage 1 checkpoint is also given.
+    """
+    if args.tokenizer_dir is None or args.checkpoint is not None:
+        raise ValueError(
+            "--pi05-checkpoint needs --tokenizer-dir (a local PaliGemma tokenizer folder) and"
+            " no --checkpoint (that one is a Stage 1 checkpoint)"
+        )
+    from rpent_agents.features.pi05 import PI05FeatureModel
+
+    model = PI05FeatureModel.from_checkpoint(
+        args.pi05_checkpoint,
+        args.tokenizer_dir,
+        args.device,
+        batch_buckets=args.batch_buckets,
+        compile_cache_dir=args.compile_cache_dir,
+    )
+    if args.warm_up:
+        model.warm_up()
+    return RLTFeaturizer(model, None)
 
 
 if __name__ == "__main__":
