@@ -19,8 +19,8 @@ ray = pytest.importorskip("ray")
 
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode  # noqa: E402
 
-from rpent_agents.rollout import ray_vector_env  # noqa: E402
 from rpent_agents.features.checkpoint import load_featurizer  # noqa: E402
+from rpent_agents.rollout import ray_vector_env  # noqa: E402
 from rpent_agents.rollout.ray_rollout import RayRolloutConfig  # noqa: E402
 from rpent_agents.rollout.ray_vector_env import RayVectorEnv  # noqa: E402
 from rpent_agents.rollout.rlt_stack import PegRLTConfig  # noqa: E402
