@@ -334,20 +334,16 @@ class Stage2Run:
         return steps
 
     def send_chunks(self) -> None:
-        """The actor's chunks to every worker (asynchronous: to the idle ones), with seeds."""
-        if not self.args.ready_envs:
-            self.actions = self.learner.act(self.obs)
-            self.envs.step_async(
-                self.actions, self.state.next_seeds(self.num_envs, self.args.train_seed)
-            )
-            return
+        """The actor's chunks to the idle workers (every worker when stepping synchronously)."""
         idle = np.flatnonzero(~self.envs.busy)
         self.actions[idle] = self.learner.act(
             {key: values[idle] for key, values in self.obs.items()}
         )
         reset_seeds = np.full(self.num_envs, NO_RESET_SEED, np.int64)
         reset_seeds[idle] = self.state.next_seeds(len(idle), self.args.train_seed)
-        self.envs.step_async(self.actions, reset_seeds, env_indices=idle)
+        self.envs.step_async(
+            self.actions, reset_seeds, env_indices=idle if self.args.ready_envs else None
+        )
 
     def min_ready(self, send: bool) -> int | None:
         """How many busy workers the step waits for (None: every worker, synchronous)."""
