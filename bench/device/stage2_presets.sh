@@ -9,8 +9,11 @@
 # results.json, success_curve.png, weights.pt and stage2.tfevents; $OUT/done when all ended.
 #   bash bench/device/stage2_presets.sh whole-episode \
 #     "sample-efficient --stage2.eval-q-filter --stage2.intervention-batch-share 0.5"
-# A job longer than one device command (10 min) runs detached (../shared/DEVICE.md):
+# CONCURRENT=1 runs every argument at the same time (learning comparisons: their speeds are
+# then not a run's own). A job longer than one device command (10 min) runs detached
+# (../shared/DEVICE.md) and poll_job.sh brings its files back:
 #   (OUT=/tmp/job setsid nohup bash bench/device/stage2_presets.sh ... > /tmp/job.log 2>&1 &)
+#   bash bench/device/poll_job.sh 560       # then again in each next call until it says DONE
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 workers="${NUM_ENVS:-16}"
@@ -24,14 +27,13 @@ if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
     --no-loop --raw-state-only 2> "$out/raw_state.err" > "$out/raw_state.json"
   cat "$out/raw_state.json"
 fi
-index=0
-for spec in "$@"; do
-  index=$((index + 1))
-  read -r -a words <<< "$spec"
+run_spec() {  # index, spec: one rpent-stage2 run, its files under $out/INDEX_PRESET/
+  local index=$1 words started run_out run_dir
+  read -r -a words <<< "$2"
   run_out="$out/${index}_${words[0]}"
-  run_dir="/tmp/rlt_runs/${index}_${words[0]}"
+  run_dir="/tmp/rlt_runs/$(basename "$out")/${index}_${words[0]}"
   mkdir -p "$run_out"
-  echo "checkpoint: $checkpoint; rpent-stage2 $spec" > "$run_out/train.log"
+  echo "checkpoint: $checkpoint; rpent-stage2 $2" > "$run_out/train.log"
   started=$(date +%s)
   python3 -m rpent_agents.stage2.train "${words[@]}" --output-dir "$run_dir" \
     --env.checkpoint "$checkpoint" --env.render-backend "$RENDER" \
@@ -42,5 +44,11 @@ for spec in "$@"; do
   cp "$run_dir/results.json" "$run_dir/success_curve.png" "$run_dir/run/weights.pt" "$run_out/"
   cat "$run_dir"/tensorboard/events.* > "$run_out/stage2.tfevents"
   tail -n 2 "$run_out/train.log"
+}
+index=0
+for spec in "$@"; do
+  index=$((index + 1))
+  if [ "${CONCURRENT:-0}" = 1 ]; then run_spec "$index" "$spec" & else run_spec "$index" "$spec"; fi
 done
+wait
 touch "$out/done"

@@ -56,6 +56,9 @@ class LoopProfile:
             return
         chunk_s = np.asarray(infos["worker_chunk_s"], np.float64)
         reset_s = np.asarray(infos.get("worker_reset_s", np.zeros_like(chunk_s)), np.float64)
+        # Asynchronous stepping: only the workers that answered report (the info's mask).
+        answered = np.asarray(infos.get("_worker_chunk_s", np.ones(chunk_s.shape, bool)), bool)
+        chunk_s, reset_s = chunk_s[answered], reset_s[answered]
         busy_s = chunk_s + reset_s
         self.worker_mean_busy_s += float(busy_s.mean())
         self.worker_max_busy_s += float(busy_s.max())
