@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     # Stage 2 and its training on many envs
     "DEFAULT_ACTOR_DIR": "rpent_agents.stage2",
     "act_chunks": "rpent_agents.stage2",
+    "actor_gate": "rpent_agents.stage2",
     "load_actor": "rpent_agents.stage2",
     "TrainedActor": "rpent_agents.stage2",
     "RLTDims": "rpent_agents.stage2",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +45,8 @@ from wrappers.triggers import AutoGate, KeyboardTrigger, SwitchTrigger, TriggerM
 
 logger = logging.getLogger(__name__)
 RenderBackend = Literal["auto", "cpu", "gpu"]
+GATE_FIELDS = ("trigger_mode", "missed_grasp_chunks")
+"""The `PegRLTConfig` fields of its `AutoGate`: when the agent drives."""
 
 
 @dataclass
@@ -110,6 +113,25 @@ class PegRLTConfig:
             reconfiguration_freq=self.reconfiguration_freq,
             **kwargs,
         )
+
+    def gate_settings(self) -> dict[str, Any]:
+        """The fields that decide when the agent drives (`GATE_FIELDS`), as plain values.
+
+        A Stage 2 run stores them with its actor (`save_weights`), so whoever acts with the
+        actor later opens the gate as in training (`with_gate_settings`).
+        """
+        return {name: getattr(self, name) for name in GATE_FIELDS}
+
+    def with_gate_settings(self, settings: Mapping[str, Any]) -> PegRLTConfig:
+        """This config with the gate fields of `settings` (others are kept).
+
+        Raises:
+            ValueError: When `settings` names a field that is not a gate field.
+        """
+        unknown = sorted(set(settings) - set(GATE_FIELDS))
+        if unknown:
+            raise ValueError(f"gate settings {unknown} are not among {list(GATE_FIELDS)}")
+        return dataclasses.replace(self, **settings)
 
     def make_gate(self) -> AutoGate:
         """The critical-phase gate of the stack."""

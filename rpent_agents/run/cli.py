@@ -78,8 +78,13 @@ class RunArgs:
     actor (rpent_agents/stage2/default_actor)."""
     chunk_len: int = 10
     """Steps executed per chunk (at most the checkpoint's reference chunk)."""
+    actor_gate: bool = True
+    """Open the actor's gate as in its training: the gate its weights store (e.g. the
+    grasp-rescue preset's missed-grasp entry) overrides --trigger-mode; --no-actor-gate:
+    --trigger-mode alone."""
     trigger_mode: TriggerMode = "auto"
-    """Critical-phase gate of the actor: "auto" (AutoGate), "always_on" (every chunk)."""
+    """The actor's gate where its weights store none (or with --no-actor-gate): "auto"
+    (AutoGate's critical phase), "always_on" (every chunk)."""
     device: str = "auto"
     """Torch device of the feature model and the actor ("auto": cuda when available)."""
     max_episode_steps: int | None = None
@@ -182,7 +187,7 @@ def make_policy(args: RunArgs, env: gym.Env) -> ChunkPolicy:
         feature_device=args.device,
         trigger_mode=args.trigger_mode,
     )
-    return ActorPolicy.on_peg_stack(env, config, args.stage2_run)
+    return ActorPolicy.on_peg_stack(env, config, args.stage2_run, args.actor_gate)
 
 
 def open_run(args: RunArgs, env: gym.Env | None = None) -> tuple[gym.Env, ChunkPolicy]:

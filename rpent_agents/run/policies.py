@@ -173,20 +173,28 @@ class ActorPolicy:
 
     @classmethod
     def on_peg_stack(
-        cls, env: gym.Env, config: PegRLTConfig, stage2_run: Path | None = None
+        cls,
+        env: gym.Env,
+        config: PegRLTConfig,
+        stage2_run: Path | None = None,
+        actor_gate: bool = True,
     ) -> ActorPolicy:
         """The actor of a Stage 2 run folder or weights.pt on the peg stack of `config`.
 
         Args:
             env: The raw peg env.
-            config: The stack (checkpoint, chunk length, device, gate mode).
+            config: The stack (checkpoint, chunk length, device, gate).
             stage2_run: The actor's run folder or weights file; None: the embedded default
                 actor (`rpent_agents.stage2.DEFAULT_ACTOR_DIR`).
+            actor_gate: Open the gate as the actor was trained (`TrainedActor.gate`, in
+                place of the gate fields of `config`); False: the gate of `config`.
         """
         vla = VLAPolicy(env, config.checkpoint, config.chunk_len, config.feature_device)
         dims = RLTDims.from_observation_space(vla.space)
         device = resolve_device(config.feature_device)
         actor = load_actor(stage2_run, dims, config.chunk_len, device)
+        if actor_gate:
+            config = config.with_gate_settings(actor.gate)
         model = f"rpent-stage2-actor:{stage2_run or DEFAULT_ACTOR_DIR}"
         return cls(vla, actor, config.make_gate(), model=model)
 

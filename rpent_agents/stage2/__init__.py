@@ -18,6 +18,7 @@ Example:
 from rpent_agents.stage2.checkpoint import (
     DEFAULT_ACTOR_DIR,
     TrainedActor,
+    actor_gate,
     load_actor,
     load_weights,
     resume_run,
@@ -52,6 +53,7 @@ __all__ = [
     "TwinQCritic",
     "UpdateSchedule",
     "act_chunks",
+    "actor_gate",
     "actor_loss_weights",
     "build_transition",
     "load_actor",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -104,6 +105,7 @@ def save_run(
     folder: Path,
     extra: dict[str, Any] | None = None,
     write_more: Callable[[Path], None] | None = None,
+    gate: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the whole run to `folder`, replacing an earlier save there as one set.
 
@@ -113,6 +115,8 @@ def save_run(
         extra: The caller's own counters (plain Python values), returned by `resume_run`.
         write_more: Writes the caller's own files into the folder it is given (the staging
             folder); they are installed with the rest of the save.
+        gate: When the actor drives in the stack it was trained on (plain values, e.g.
+            `PegRLTConfig.gate_settings()`), stored with its weights (`save_weights`).
 
     Returns:
         `folder`.
@@ -126,7 +130,7 @@ def save_run(
         learner.config.to_json(staging / CONFIG_FILE)
         torch.save(state, staging / STATE_FILE)
         learner.replay.save(staging / REPLAY_FILE)
-        save_weights(learner, staging / WEIGHTS_FILE)
+        save_weights(learner, staging / WEIGHTS_FILE, gate)
         if write_more is not None:
             write_more(staging)
     return Path(folder)
@@ -188,8 +192,15 @@ def resume_run(
     return learner, state["extra"]
 
 
-def save_weights(learner: Stage2Learner, path: Path) -> None:
+def save_weights(learner: Stage2Learner, path: Path, gate: Mapping[str, Any] | None = None) -> None:
     """Write the actor and critic weights (with their sizes) to one file.
+
+    Args:
+        learner: Whose networks to write.
+        path: The file.
+        gate: When the actor drives, as the stack it was trained on sets it (plain values,
+            e.g. `PegRLTConfig.gate_settings()`); `load_actor` gives it back as
+            `TrainedActor.gate`, so whoever acts with it opens the same gate.
 
     Raises:
         ValueError: When a weight holds NaN or inf (nothing is written).
@@ -201,6 +212,7 @@ def save_weights(learner: Stage2Learner, path: Path) -> None:
         "actor": learner.actor.state_dict(),
         "critic": learner.critic.state_dict(),
         "eval_q_filter": learner.config.eval_q_filter,
+        "gate": dict(gate or {}),
     }
     require_finite_networks(weights, WEIGHTS_NETWORKS, f"saving Stage 2 weights to {path}")
     torch.save(weights, path)
@@ -263,10 +275,14 @@ class TrainedActor(NamedTuple):
         actor: The actor, in evaluation mode.
         q_filter: The run's critic when it evaluated with `eval_q_filter` (the reference's
             chunk wherever the critic values it higher), else None.
+        gate: When it drives, as in training (e.g. `{"trigger_mode": "auto",
+            "missed_grasp_chunks": 4}` for the peg stack, `PegRLTConfig.with_gate_settings`);
+            empty for files saved before the gate was stored: the stack's default gate.
     """
 
     actor: Actor
     q_filter: TwinQCritic | None
+    gate: Mapping[str, Any] = MappingProxyType({})
 
     def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         """Flat mean chunks (B, H*A) for batched RLT observations, filtered as the run was."""
@@ -276,7 +292,7 @@ class TrainedActor(NamedTuple):
 def load_actor(
     path: Path | None, dims: RLTDims, chunk_len: int, device: str | torch.device = "cpu"
 ) -> TrainedActor:
-    """The actor of a weights file or run folder (and its Q filter), to act with.
+    """The actor of a weights file or run folder (its Q filter and gate too), to act with.
 
     No learner is built (no optimizer or replay buffer; the critic only when the run
     evaluated through it); the layer sizes are read from the saved tensors. Act with its mean
@@ -309,7 +325,21 @@ def load_actor(
         q_filter = TwinQCritic(dims, chunk_len, hidden, hidden_layers, heads)
         q_filter.load_state_dict(critic_state)
         q_filter = q_filter.to(device).eval().requires_grad_(False)
-    return TrainedActor(actor.to(device).eval().requires_grad_(False), q_filter)
+    actor = actor.to(device).eval().requires_grad_(False)
+    return TrainedActor(actor, q_filter, dict(weights.get("gate", {})))
+
+
+def actor_gate(path: Path | None) -> dict[str, Any]:
+    """When the actor of `path` (None: the embedded actor) drives, as stored with it.
+
+    `TrainedActor.gate` without loading the networks: what a caller needs before it builds
+    the envs. Empty for files saved before the gate was stored.
+
+    Raises:
+        FileNotFoundError: When `path` holds no weights file.
+        ValueError: When the file is not a Stage 2 weights file.
+    """
+    return dict(read_weights(path or DEFAULT_ACTOR_DIR)[1].get("gate", {}))
 
 
 def _linear_layers(state: Mapping[str, torch.Tensor], prefix: str) -> int:

@@ -494,6 +494,7 @@ class Stage2Run:
             self.args.output_dir / "run",
             extra=dataclasses.asdict(state),
             write_more=lambda staging: results.save(staging / RESULTS_FILE),
+            gate=self.args.env.gate_settings(),
         )
         results.save(self.args.output_dir / RESULTS_FILE)
         results.plot(self.args.output_dir / "success_curve.png")

@@ -71,3 +71,14 @@ def test_importing_rpent_envs_does_not_import_rpent_agents():
     code = "import sys, rpent_envs; assert 'rpent_agents' not in sys.modules"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_gate_settings_round_trip_and_name_a_field_that_is_no_gate_field():
+    from rpent_agents.rollout.rlt_stack import PegRLTConfig
+
+    rescue = PegRLTConfig(missed_grasp_chunks=4, chunk_len=5)
+    assert rescue.gate_settings() == {"trigger_mode": "auto", "missed_grasp_chunks": 4}
+    adopted = PegRLTConfig().with_gate_settings(rescue.gate_settings())
+    assert adopted.make_gate().missed_grasp_chunks == 4 and adopted.chunk_len == 10
+    with pytest.raises(ValueError, match=r"\['chunk_len'\] are not among"):
+        PegRLTConfig().with_gate_settings({"chunk_len": 5})

@@ -139,6 +139,23 @@ def franka_env(**overrides):
     return gym.make(rpent_envs.FRANKA_ID, **(kwargs | overrides))
 
 
+@pytest.mark.parametrize("actor_gate, chunks", [(True, {"actor": 2}), (False, {"vla": 2})])
+def test_the_actor_drives_under_the_gate_it_was_trained_with(
+    peg_checkpoint, actor_weights, tmp_path, actor_gate, chunks
+):
+    # the weights store the whole-episode gate: the actor drives from the first chunk on,
+    # unless --no-actor-gate asks for the gate of the options (the critical phase)
+    _, learner = actor_weights
+    weights_path = tmp_path / "always_on.pt"
+    save_weights(learner, weights_path, gate={"trigger_mode": "always_on"})
+    args = RunArgs(
+        seeds=[4], env_kwargs=PEG_KWARGS, policy="actor", checkpoint=peg_checkpoint,
+        stage2_run=weights_path, actor_gate=actor_gate, max_episode_steps=20, device="cpu",
+    )  # fmt: skip
+    (episode,) = run_policy(args).episodes
+    assert episode.chunks == chunks
+
+
 def test_vla_drives_the_in_memory_franka(tmp_path):
     checkpoint = tiny_checkpoint(tmp_path / "franka", state_dim=19, action_dim=7, chunk_len=20)
     args = RunArgs(

@@ -9,6 +9,8 @@ from rpent_agents.stage2 import (
     RLTDims,
     Stage2Config,
     Stage2Learner,
+    actor_gate,
+    load_actor,
     load_weights,
     resume_run,
     save_run,
@@ -73,6 +75,20 @@ def test_a_weights_file_restores_the_policy_and_critic(tmp_path):
     assert all(torch.equal(online, target) for online, target in critic_pairs)
     save_run(learner, tmp_path / "run")
     load_weights(fresh, tmp_path / "run")
+
+
+def test_the_gate_the_actor_was_trained_with_travels_with_its_weights(tmp_path):
+    learner = _trained_learner()
+    gate = {"trigger_mode": "auto", "missed_grasp_chunks": 4}
+    save_run(learner, tmp_path / "run", gate=gate)
+    assert load_actor(tmp_path / "run", DIMS, CHUNK_LEN).gate == gate
+    assert actor_gate(tmp_path / "run" / "weights.pt") == gate
+    # a file saved before the gate was stored: no gate of its own (the stack's default)
+    weights = torch.load(tmp_path / "run" / "weights.pt", weights_only=True)
+    del weights["gate"]
+    torch.save(weights, tmp_path / "old.pt")
+    assert load_actor(tmp_path / "old.pt", DIMS, CHUNK_LEN).gate == {}
+    assert actor_gate(tmp_path / "old.pt") == {}
 
 
 def test_a_weights_file_for_other_sizes_or_another_file_is_refused(tmp_path):

@@ -18,6 +18,8 @@ import torch
 from matplotlib.image import imread
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from rpent_agents.stage2 import actor_gate
+
 EXAMPLE = Path(__file__).parents[3] / "examples" / "train_rlt_peg.py"
 TINY_RUN = [
     "--num-envs", "2", "--env.render-backend", "cpu", "--env.trigger-mode", "always_on",
@@ -138,6 +140,8 @@ def test_the_grasp_rescue_preset_runs_with_kept_scenes(no_lerobot_site, tmp_path
     assert [point["env_steps"] for point in results["evals"]] == [100]
     # no grasp in the first chunk of a random policy: the rescue hands the actor chunks
     assert results["transitions"] > 0
+    # the actor keeps the gate it learned under, for whoever acts with it later
+    assert actor_gate(output_dir / "run") == {"trigger_mode": "auto", "missed_grasp_chunks": 1}
 
 
 def test_the_example_resumes_the_run_with_expert_takeover(first_run, no_lerobot_site, tmp_path):
