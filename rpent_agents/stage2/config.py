@@ -35,6 +35,12 @@ class Stage2Config:
     """Hidden Linear+LayerNorm+Tanh layers of each Q head."""
     num_q_heads: int = 2
     """Q heads of the critic (twin Q: the TD target takes their minimum)."""
+    target_q_heads: int | None = None
+    """Heads the TD target takes its minimum over, drawn at random for every update (REDQ;
+    RLPD's ensemble: 2 of 10); None: every head (twin Q, reference)."""
+    actor_q: Literal["first", "mean"] = "first"
+    """The Q value the actor's loss maximises: the first head's (TD3, reference) or the mean
+    over the heads (RLPD's ensemble)."""
     actor_noise_std: float = 0.002
     """Fixed std of the Gaussian noise added to the actor mean before tanh while training."""
     reference_dropout_prob: float = 0.5
@@ -140,6 +146,15 @@ class Stage2Config:
                 raise ValueError(f"Stage2Config.{name} must be >= 1, got {getattr(self, name)}")
         if self.num_q_heads < 2:
             raise ValueError(f"Stage2Config.num_q_heads must be >= 2, got {self.num_q_heads}")
+        if self.target_q_heads is not None and not 1 <= self.target_q_heads <= self.num_q_heads:
+            raise ValueError(
+                f"Stage2Config.target_q_heads must lie in 1..num_q_heads ({self.num_q_heads}) "
+                f"or be None (every head), got {self.target_q_heads}"
+            )
+        if self.actor_q not in ("first", "mean"):
+            raise ValueError(
+                f"Stage2Config.actor_q must be 'first' or 'mean', got {self.actor_q!r}"
+            )
         if self.bootstrap_type not in ("standard", "always"):
             raise ValueError(
                 f"Stage2Config.bootstrap_type must be 'standard' or 'always', "

@@ -323,13 +323,26 @@ class Stage2Learner:
         config = self.config
         with torch.no_grad():
             next_action = self.actor(batch.next_obs, generator=self.noise_generator)
-            next_q_min = self.target_critic(batch.next_obs, next_action).min(dim=-1).values
+            next_q = self._target_heads(self.target_critic(batch.next_obs, next_action))
+            next_q_min = next_q.min(dim=-1).values
             target = losses.td_target(
                 batch.rewards, batch.done, next_q_min, config.gamma, config.bootstrap_type
             )
         loss = losses.critic_loss(self.critic(batch.obs, batch.action), target)
         self._step(self.critic_optimizer, self.critic, loss, self.skipped_steps["critic"])
         return loss.detach()
+
+    def _target_heads(self, q_values: torch.Tensor) -> torch.Tensor:
+        """The (B, Q) heads the TD target uses: all, or `target_q_heads` drawn at random.
+
+        One draw per update for the whole batch, from the noise generator (a captured update
+        draws anew at every replay).
+        """
+        count, heads = self.config.target_q_heads, q_values.shape[-1]
+        if count is None or count == heads:
+            return q_values
+        draw = torch.rand(heads, generator=self.noise_generator, device=q_values.device)
+        return q_values.index_select(-1, draw.argsort()[:count])
 
     def _actor_step(
         self,
@@ -343,14 +356,15 @@ class Stage2Learner:
             ref_dropout_prob=config.reference_dropout_prob,
             generator=self.noise_generator,
         )
-        q1 = self.critic(batch.obs, actor_chunk)[:, 0]
+        q_heads = self.critic(batch.obs, actor_chunk)
+        q_pi = q_heads[:, 0] if config.actor_q == "first" else q_heads.mean(dim=-1)
         bc = losses.bc_terms(actor_chunk, batch.obs.ref_chunk, batch.action, batch.intervened)
         floor = config.q_scale_floor if config.normalize_q else None
-        loss = losses.actor_loss(q1, bc.loss, q_weight, bc_weight, losses.q_scale(q1, floor))
+        loss = losses.actor_loss(q_pi, bc.loss, q_weight, bc_weight, losses.q_scale(q_pi, floor))
         self._step(self.actor_optimizer, self.actor, loss, self.skipped_steps["actor"])
         return {
             "actor/actor_loss": loss.detach(),
-            "q_pi": q1.detach().mean(),
+            "q_pi": q_pi.detach().mean(),
             "actor/bc_loss": bc.loss.detach(),
             "actor/bc_ref_loss": bc.ref_loss.detach(),
             "actor/bc_human_loss": bc.human_loss.detach(),

@@ -7,7 +7,8 @@ Shapes: B transitions, H steps per chunk, A action dims, Q heads.
 - BC: per step, the mean squared error over A against the reference action, or against the
   executed action on intervened steps; averaged over B x H.
 - Actor loss: -q_weight * mean Q_1(s, pi(s)) / q_scale + bc_weight * BC, where q_scale is 1
-  (reference) or the batch's mean |Q_1| floored (`normalize_q`, as TD3+BC).
+  (reference) or the batch's mean |Q_1| floored (`normalize_q`, as TD3+BC); Q_1 is the first
+  head, or the heads' mean for an ensemble (`Stage2Config.actor_q`, chosen by the learner).
 """
 
 from __future__ import annotations

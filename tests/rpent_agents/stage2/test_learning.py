@@ -78,6 +78,13 @@ def test_the_q_filter_keeps_what_the_actor_learned(preset_agent):
     assert filtered >= LEARNED and filtered >= unfiltered - 0.05
 
 
+def test_an_ensemble_critic_learns_the_task_too(reference_success):
+    # RLPD's critic: 10 LayerNorm heads, the TD target's minimum over a random pair of them
+    # per update, the actor maximising their mean
+    success = trained_success(num_q_heads=10, target_q_heads=2, actor_q="mean")
+    assert success >= LEARNED and success >= reference_success + 0.3
+
+
 def _bootstrap_sign_flipped(rewards, done, next_q_min, gamma, bootstrap_type="standard"):
     return _TD_TARGET(rewards, done, -next_q_min, gamma, bootstrap_type)
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from stage2_helpers import CHUNK_LEN, DIMS, transition
 
-from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner
+from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner, losses
 
 SMALL = {"chunk_len": CHUNK_LEN, "hidden_dim": 32, "batch_size": 16, "device": "cpu"}
 
@@ -205,3 +205,30 @@ def test_the_actor_learns_to_beat_a_biased_reference_from_the_critic():
     reference_error = np.mean(np.sum((obs["ref_chunk"][:, 0] - targets) ** 2, axis=1))
     assert reference_error == pytest.approx(0.18, abs=1e-5)
     assert actor_error < 0.5 * reference_error
+
+
+@pytest.mark.parametrize(("target_q_heads", "expected_minima"), [(None, {0.0}), (1, {0, 1, 2, 3})])
+def test_the_td_target_takes_the_minimum_of_a_random_draw_of_heads(
+    monkeypatch, target_q_heads, expected_minima
+):
+    # target head j answers j everywhere: the minimum over the drawn heads names the draw
+    learner = _learner(num_q_heads=4, target_q_heads=target_q_heads, tau=0.0)
+    for value, head in enumerate(learner.target_critic.heads):
+        head[-1].weight.data.zero_()
+        head[-1].bias.data.fill_(float(value))
+    minima = []
+    td_target = losses.td_target
+
+    def recording_td_target(rewards, done, next_q_min, gamma, bootstrap_type="standard"):
+        minima.append(next_q_min.unique().tolist())
+        return td_target(rewards, done, next_q_min, gamma, bootstrap_type)
+
+    monkeypatch.setattr(losses, "td_target", recording_td_target)
+    learner.run_updates(40)
+    assert all(len(values) == 1 for values in minima)  # one draw per update, for every row
+    assert {values[0] for values in minima} == expected_minima
+
+
+def test_an_ensemble_target_draws_at_most_its_heads():
+    with pytest.raises(ValueError, match="target_q_heads must lie in 1..num_q_heads"):
+        Stage2Config(num_q_heads=2, target_q_heads=3)
