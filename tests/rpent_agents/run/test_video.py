@@ -40,7 +40,7 @@ def test_the_readme_command_runs_the_default_actor_records_and_writes_a_video(tm
         sys.executable, "-m", "rpent_agents.run.cli", "--policy", "actor", "--seeds", "8",
         "--record-trajectory", "--output-dir", str(tmp_path / "run"), "--video", str(video),
         "--env-kwargs", PEG_KWARGS, "--device", "cpu", "--max-episode-steps", "20",
-        "--trigger-mode", "always_on",
+        "--no-actor-gate", "--trigger-mode", "always_on",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]

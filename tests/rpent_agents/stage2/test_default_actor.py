@@ -48,7 +48,8 @@ def peg_env():
 
 def test_it_acts_on_the_embedded_checkpoints_features_as_its_learner_would(peg_env):
     config = PegRLTConfig(feature_device="cpu", trigger_mode="always_on")
-    policy = ActorPolicy.on_peg_stack(peg_env, config)  # no stage2_run: the embedded actor
+    # no stage2_run: the embedded actor; the first chunk is its own under the options' gate
+    policy = ActorPolicy.on_peg_stack(peg_env, config, actor_gate=False)
     observation, info = peg_env.reset(seed=8)
     policy.reset()
     decision = policy.decide(observation, info["task"])
@@ -68,6 +69,14 @@ def test_it_acts_on_the_embedded_checkpoints_features_as_its_learner_would(peg_e
     networks = (policy.actor.actor, policy.actor.q_filter)
     assert not any(parameter.requires_grad for net in networks for parameter in net.parameters())
     np.testing.assert_array_equal(policy.actor.act(features), decision.chunk.reshape(1, -1))
+
+
+def test_it_opens_the_gate_it_was_trained_under(peg_env):
+    # trained with the missed-grasp entry: whoever acts with it opens that gate by default
+    assert RESULTS["gate"] == {"trigger_mode": "auto", "missed_grasp_chunks": 4}
+    policy = ActorPolicy.on_peg_stack(peg_env, PegRLTConfig(feature_device="cpu"))
+    assert policy.actor.gate == RESULTS["gate"]
+    assert (policy.gate.trigger_mode, policy.gate.missed_grasp_chunks) == ("auto", 4)
 
 
 def test_an_rlt_stack_of_other_sizes_is_refused():

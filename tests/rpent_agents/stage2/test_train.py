@@ -119,12 +119,14 @@ def test_training_learns_lets_the_actor_drive_and_writes_results(first_run):
     assert "base_critical_phase_median_steps" in results
 
 
-def test_the_grasp_rescue_preset_runs_with_kept_scenes(no_lerobot_site, tmp_path):
+def test_the_sample_efficient_preset_rescues_missed_grasps_with_kept_scenes(
+    no_lerobot_site, tmp_path
+):
     output_dir = tmp_path / "rescue"
     path = os.pathsep.join([str(no_lerobot_site), os.environ.get("PYTHONPATH", "")])
     tiny_run = [flag for flag in TINY_RUN if flag not in ("--env.trigger-mode", "always_on")]
     command = [
-        sys.executable, "-m", "rpent_agents.stage2.train", "grasp-rescue", *tiny_run,
+        sys.executable, "-m", "rpent_agents.stage2.train", "sample-efficient", *tiny_run,
         "--env.missed-grasp-chunks", "1", "--env.reconfiguration-freq", "2",
         "--output-dir", str(output_dir), "--total-env-steps", "100",
     ]  # fmt: skip
