@@ -11,8 +11,10 @@ import torch
 from graphed_helpers import instructions, observations, small_models
 
 from rpent_agents.features.buckets import batch_pieces
+from rpent_agents.features.checkpoint import load_featurizer
 from rpent_agents.features.graphed import GraphedRLTFeaturizer
 from rpent_agents.features.protocol import RLTFeaturizer
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
 
 BUCKETS = (1, 2, 4)
 
@@ -98,3 +100,8 @@ def test_unsupported_inputs_are_refused():
         graphed.rlt_features(observations(3), ["one"])
     with pytest.raises(TypeError, match="built-in VLA only, got RLToken"):
         GraphedRLTFeaturizer(graphed.rl_token, graphed.rl_token)
+
+
+def test_the_cpu_keeps_the_eager_featurizer():
+    assert type(load_featurizer(device="cpu", cuda_graphs=True)) is RLTFeaturizer
+    assert type(PegRLTConfig(feature_device="cpu").make_featurizer()) is RLTFeaturizer

@@ -13,6 +13,7 @@ import torch
 from graphed_helpers import instructions, observations, small_models
 
 from rpent_agents.features import graphed as graphed_module
+from rpent_agents.features.checkpoint import load_featurizer
 from rpent_agents.features.graphed import GraphedRLTFeaturizer
 from rpent_agents.features.protocol import RLTFeaturizer
 
@@ -96,3 +97,8 @@ def test_an_output_overflowing_in_one_row_is_refused_as_eager():
         messages.append(str(error.value))
     assert messages[0] == messages[1]
     assert "of observation 9 holds" in messages[1]
+
+
+def test_load_featurizer_takes_the_fast_path_on_cuda_unless_told_not_to():
+    assert type(load_featurizer(device="cuda")) is GraphedRLTFeaturizer
+    assert type(load_featurizer(device="cuda", cuda_graphs=False)) is RLTFeaturizer
