@@ -3,7 +3,15 @@
 For each model: batch-1 latency (ms per call) and batch-64 throughput (observations/s) of one
 featurization call (prefix pass + reference chunk [+ z_rl for the built-in model]), and the
 first call's seconds (warm-up: kernels, allocator; compile and CUDA-graph capture for the fast
-path). pi0.5 runs along several paths (`--pi05-paths`):
+path).
+
+`--models builtin-graphed` times the built-in model as training calls it, raw observations ->
+`z_rl` + chunk through `rlt_features` in float32: the embedded default checkpoint (`--size
+full`; a small random model with `--size small`) through `RLTFeaturizer` (eager) and through
+`GraphedRLTFeaturizer` (one CUDA graph per batch bucket; on the CPU the same padded computation
+runs eagerly, with no graph), then prints their ratio per batch size (`eager_over_graphed`).
+
+pi0.5 runs along several paths (`--pi05-paths`):
 
 - `eager`: `PI05FeatureModel` on the stock eager LeRobot code, from the policy batch;
 - `fast`: the same with the fast path (torch.compile, batch buckets, CUDA graphs on CUDA);
@@ -28,6 +36,8 @@ filling a quarter of the 200 slots): the stock one needs the PaliGemma tokenizer
     python bench/featurize.py --device cuda --dtype bfloat16 --size full
     # CPU, small sizes (a smoke run; pi0.5 shrunk to a 1-layer toy)
     python bench/featurize.py --device cpu --dtype float32 --size small --batch-sizes 1 8
+    # the built-in model eager vs its CUDA graphs, at the batch sizes of a training loop
+    python bench/featurize.py --device cuda --models builtin-graphed --batch-sizes 1 8 16
 
 The built-in part needs torch only; the pi0.5 part needs the `pi` extra (lerobot + transformers)
 and is skipped with a message when it is missing; the remote path needs the `remote` extra.
@@ -50,12 +60,15 @@ import numpy as np
 import torch
 
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
+from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_checkpoint
+from rpent_agents.features.graphed import GraphedRLTFeaturizer
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
 INSTRUCTION = "insert the peg in the hole"
 PI05_PATHS = ("eager", "fast", "in-process", "remote")
+MODELS = ("builtin", "builtin-graphed", "pi05")
 SERVER_START_S = 600.0  # the server process builds its own pi0.5 before it listens
 JSONL = {"path": None, "label": ""}  # --jsonl, --label
 
@@ -111,11 +124,16 @@ def raw_observations(count, size_px):
     ]
 
 
-def builtin_call(size, device, dtype, batch_size):
+def random_builtin_models(size, device):
     config = BuiltinVLAConfig() if size == "full" else BuiltinVLAConfig(dim=128, patch_size=16)
     vla = BuiltinVLA(config, NormStats.identity(9, 8)).to(device).eval()
     rl_token = RLToken(RLTokenConfig(dim=config.dim, prefix_seq_len=256)).to(device).eval()
-    observations = raw_observations(batch_size, config.image_size)
+    return vla, rl_token
+
+
+def builtin_call(size, device, dtype, batch_size):
+    vla, rl_token = random_builtin_models(size, device)
+    observations = raw_observations(batch_size, vla.config.image_size)
 
     @torch.no_grad()
     def call():
@@ -125,6 +143,37 @@ def builtin_call(size, device, dtype, batch_size):
         return z_rl.float().cpu().numpy(), prefix.ref_chunk.float().cpu().numpy()
 
     return call
+
+
+def builtin_graphed_report(size, device, batch_sizes, iterations):
+    """`--models builtin-graphed`: eager and graphed rows per batch size, then their ratio."""
+    if size == "full":
+        vla, rl_token, _ = load_checkpoint(DEFAULT_CHECKPOINT_DIR, device)
+    else:
+        vla, rl_token = random_builtin_models(size, device)
+    featurizers = {
+        "eager": RLTFeaturizer(vla.eval(), rl_token),
+        "graphed": GraphedRLTFeaturizer(vla.eval(), rl_token),
+    }
+    graphed_path = "cuda graphs" if featurizers["graphed"].use_cuda_graphs else "padded eager"
+    rows = []
+    for batch_size in batch_sizes:
+        latency_ms = {}
+        for path, featurizer in featurizers.items():
+            make = functools.partial(rlt_call, featurizer, vla.config.image_size)
+            name = f"builtin rlt_features {path} (float32)"
+            rows += report(name, [batch_size], make, device, iterations)
+            latency_ms[path] = rows[-1]["latency_ms"]
+        ratio = round(latency_ms["eager"] / latency_ms["graphed"], 2)
+        emit(
+            {
+                "model": "builtin rlt_features",
+                "batch": batch_size,
+                "graphed_path": graphed_path,
+                "eager_over_graphed": ratio,
+            }
+        )
+    return rows
 
 
 def pi05_policy(size, device, dtype):
@@ -336,7 +385,9 @@ def main():
     parser.add_argument("--size", default="full", choices=["full", "small"])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--models", nargs="+", default=["builtin", "pi05"])
+    parser.add_argument(
+        "--models", nargs="+", default=["builtin", "pi05"], choices=MODELS, help="(module doc)"
+    )
     parser.add_argument("--pi05-paths", nargs="+", default=PI05_PATHS, choices=PI05_PATHS)
     parser.add_argument("--compile-cache-dir", type=Path, help="default: the library's")
     parser.add_argument("--jsonl", type=Path, help="append every JSON line to this file")
@@ -360,6 +411,8 @@ def main():
     if "builtin" in args.models:
         make = lambda batch: builtin_call(args.size, device, dtype, batch)  # noqa: E731
         rows += report("builtin VLA + RL token", args.batch_sizes, make, device, args.iterations)
+    if "builtin-graphed" in args.models:
+        rows += builtin_graphed_report(args.size, device, args.batch_sizes, args.iterations)
     if "pi05" in args.models:
         try:
             policy, resolution = pi05_policy(args.size, device, dtype)

@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 from featurize import pi05_policy, policy_batch_call, process_age_s
 
-from rpent_agents.features.pi05 import PI05FeatureModel, _bucket_size
+from rpent_agents.features.buckets import bucket_size
+from rpent_agents.features.pi05 import PI05FeatureModel
 
 KERNEL_CLASSES = {  # first match wins
     "attention": r"flash|fmha|attention|sdpa|softmax",
@@ -146,7 +147,7 @@ def profile_batch(model, resolution, device, batch_size, args):
     events = trace_events(profiler)
     kernels = device_events(events)
     rows, classes = kernel_rows(kernels, args.calls, args.top)
-    warmup = model.warmup[_bucket_size(batch_size, model.batch_buckets)]
+    warmup = model.warmup[bucket_size(batch_size, model.batch_buckets)]
     head = {"batch": batch_size, "compile_mode": model.compile_mode}
     first = {"kind": "warmup", "first_call_s": round(first_call_s, 2), "source": warmup.source}
     first |= {"first_compile_s": warmup.first_compile_s, "since_start_s": since_start_s}

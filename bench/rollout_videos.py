@@ -23,8 +23,6 @@ import numpy as np
 import tyro
 from tqdm import tqdm
 
-from rpent_agents.common.devices import resolve_device
-from rpent_agents.features.checkpoint import load_featurizer
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.stage2 import RLTDims, TrainedActor, load_actor
 from rpent_envs.image_demand import image_demand_of
@@ -104,7 +102,7 @@ def main(args: Args) -> None:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     config = args.env
     grab = FrameGrab(config.make_peg_env())
-    featurizer = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
+    featurizer = config.make_featurizer()
     env = PolicySwitch(RLTObservation(grab, featurizer, config.chunk_len), config.make_gate())
     dims = RLTDims.from_observation_space(env.observation_space)
     actor_net = load_actor(args.stage2_run, dims, config.chunk_len)

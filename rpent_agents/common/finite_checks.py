@@ -3,7 +3,8 @@
 One NaN in a replay batch turns the actor and critic into NaN, and every later chunk and
 checkpoint with them, so each boundary refuses them with a `ValueError` that names where the
 value sat: the key and index of an observation (`require_finite_observations`), an output of a
-feature model (`require_finite_outputs`), a tensor of a checkpoint (`require_finite_tensors`).
+feature model (`require_finite_outputs`; `non_finite_output_error` for a path that finds the
+entry itself), a tensor of a checkpoint (`require_finite_tensors`).
 Only numpy and torch are imported (Stage 1 runs without gymnasium).
 """
 
@@ -83,11 +84,27 @@ def require_finite_outputs(outputs: Mapping[str, Any], source: str) -> None:
     found = first_non_finite_entry(outputs)
     if found is not None:
         name, entry, value = found
-        raise ValueError(
-            f"{source} output {name!r} of observation {entry[0]} holds {value}; refused: the "
-            "feature model is broken (a damaged checkpoint, fp16 overflow): check its "
-            "checkpoint and precision"
-        )
+        raise non_finite_output_error(source, name, entry[0], value)
+
+
+def non_finite_output_error(source: str, output: str, observation: int, value: float) -> ValueError:
+    """The refusal of a feature model's output holding NaN or inf (`require_finite_outputs`).
+
+    Args:
+        source: What computed the output (e.g. the feature model's class).
+        output: The output's name (`z_rl`, `ref_chunk`, `prefix`).
+        observation: The index in the batch of the first observation whose output holds one.
+        value: That observation's first non-finite entry.
+
+    Example:
+        >>> non_finite_output_error("the RL token", "z_rl", 2, float("nan")).args[0][:40]
+        "the RL token output 'z_rl' of observatio"
+    """
+    return ValueError(
+        f"{source} output {output!r} of observation {observation} holds {value}; refused: the "
+        "feature model is broken (a damaged checkpoint, fp16 overflow): check its "
+        "checkpoint and precision"
+    )
 
 
 def require_finite_tensors(

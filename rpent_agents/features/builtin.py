@@ -17,6 +17,7 @@ gymnasium or a simulator.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -99,6 +100,9 @@ class BuiltinVLAConfig:
 class ByteTokenizer:
     """Instruction -> UTF-8 byte ids (1..256), right-padded with 0 to a fixed length.
 
+    Each instruction's ids are kept once computed (a batch repeats one instruction, and the
+    next batch the same one).
+
     Example:
         >>> ids, mask = ByteTokenizer(8)(["hi"])
         >>> ids.tolist(), mask.tolist()
@@ -113,11 +117,16 @@ class ByteTokenizer:
 
     def __call__(self, instructions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids (B, max_tokens) int64 and their validity mask (B, max_tokens) bool."""
-        ids = torch.zeros(len(instructions), self.max_tokens, dtype=torch.long)
-        for row, text in enumerate(instructions):
-            encoded = list(text.encode("utf-8"))[: self.max_tokens]
-            ids[row, : len(encoded)] = torch.tensor(encoded, dtype=torch.long) + 1
+        rows = [padded_byte_ids(text, self.max_tokens) for text in instructions]
+        ids = torch.tensor(rows, dtype=torch.long).reshape(len(rows), self.max_tokens)
         return ids, ids > 0
+
+
+@functools.lru_cache(maxsize=1024)
+def padded_byte_ids(text: str, max_tokens: int) -> tuple[int, ...]:
+    """The ids of one instruction (`ByteTokenizer`), cut or zero-padded to `max_tokens`."""
+    ids = [byte + 1 for byte in text.encode("utf-8")[:max_tokens]]
+    return (*ids, *[0] * (max_tokens - len(ids)))
 
 
 def conv_patch_encoder(dim: int, patch_size: int, base_channels: int = 32) -> nn.Sequential:

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from rpent_agents.common.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.common.finite_checks import require_finite_tensors
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
+from rpent_agents.features.graphed import GraphedRLTFeaturizer
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
@@ -168,8 +169,18 @@ def load_checkpoint(
 
 
 def load_featurizer(
-    folder: Path | None = None, device: str | torch.device = "cpu"
+    folder: Path | None = None, device: str | torch.device = "cpu", cuda_graphs: bool = True
 ) -> RLTFeaturizer:
-    """The RL-token featurizer of a checkpoint folder (default: the embedded checkpoint)."""
+    """The RL-token featurizer of a checkpoint folder (default: the embedded checkpoint).
+
+    Args:
+        folder: A Stage 1 checkpoint folder; None: the embedded default.
+        device: Where the models run.
+        cuda_graphs: On a CUDA device, the built-in VLA's fast path
+            (`features.graphed.GraphedRLTFeaturizer`: one CUDA graph per batch bucket, the
+            same outputs up to float rounding); False keeps the eager model. Ignored on the CPU.
+    """
     vla, rl_token, _ = load_checkpoint(folder or DEFAULT_CHECKPOINT_DIR, device)
+    if cuda_graphs and vla.device.type == "cuda":
+        return GraphedRLTFeaturizer(vla.eval(), rl_token)
     return RLTFeaturizer(vla.eval(), rl_token)

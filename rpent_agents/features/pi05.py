@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rpent_agents.features.buckets import BATCH_BUCKETS, bucket_size, checked_buckets
 from rpent_agents.features.compile_cache import (
     BucketWarmup,
     CompileCache,
@@ -45,7 +46,6 @@ logger = logging.getLogger(__name__)
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
 RAW_CAMERA_KEYS = ("image", "wrist_image")
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # The PI05Config fields that shape the compiled graph (with the weights' names, shapes, dtypes)
 COMPILED_CONFIG_FIELDS = (
     "chunk_size",
@@ -141,7 +141,7 @@ class PI05FeatureModel:
         on_cuda = self.device.type == "cuda"
         self.fast_path = on_cuda if fast_path is None else fast_path
         self.compile_mode = compile_mode or ("reduce-overhead" if on_cuda else "default")
-        self.batch_buckets = _checked_buckets(batch_buckets)
+        self.batch_buckets = checked_buckets(batch_buckets)
         self.compile_cache_dir = Path(compile_cache_dir or default_cache_root())
         self.warmup: dict[int, BucketWarmup] = {}
         self._compiled = (
@@ -233,7 +233,7 @@ class PI05FeatureModel:
         if not self.fast_path:
             return self.warmup
         for size in batch_sizes or self.batch_buckets:
-            if _bucket_size(size, self.batch_buckets) not in self.warmup:
+            if bucket_size(size, self.batch_buckets) not in self.warmup:
                 self.featurize([self._blank_observation()] * size, [""] * size)
         return self.warmup
 
@@ -325,7 +325,7 @@ class PI05FeatureModel:
     def _run_fast(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`_prefix_pass_and_chunk` compiled, on the batch padded to its bucket."""
         count = inputs[0].shape[0]
-        bucket = _bucket_size(count, self.batch_buckets)
+        bucket = bucket_size(count, self.batch_buckets)
         padded = [_pad_rows(tensor, bucket) for tensor in inputs]
         if bucket not in self.warmup_s:
             self._warm_up(bucket, padded)
@@ -368,22 +368,6 @@ class PI05FeatureModel:
             "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),
             "config": {name: str(getattr(config, name)) for name in COMPILED_CONFIG_FIELDS},
         }
-
-
-def _checked_buckets(batch_buckets: Sequence[int]) -> tuple[int, ...]:
-    buckets = tuple(sorted({int(size) for size in batch_buckets}))
-    if not buckets or buckets[0] < 1:
-        raise ValueError(
-            f"batch_buckets={tuple(batch_buckets)}: give one batch size or more, each >= 1"
-            " (e.g. (1, 8, 64))"
-        )
-    return buckets
-
-
-def _bucket_size(count: int, buckets: Sequence[int]) -> int:
-    """The smallest bucket holding `count` rows, else the next multiple of the largest."""
-    fitting = [bucket for bucket in buckets if bucket >= count]
-    return fitting[0] if fitting else -(-count // buckets[-1]) * buckets[-1]
 
 
 def _pad_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:

@@ -48,6 +48,11 @@ class RLTFeatures:
     ref_chunk: np.ndarray
 
 
+def real_prefix_tokens(prefix_tokens: torch.Tensor, pad_mask: torch.Tensor) -> torch.Tensor:
+    """The prefix tokens (B, T, D) with the padding zeroed: the `prefix` the finite check reads."""
+    return torch.where(pad_mask[..., None], prefix_tokens, 0.0)
+
+
 @runtime_checkable
 class FeatureModel(Protocol):
     """A VLA seen as a featurizer.
@@ -115,7 +120,7 @@ class RLTFeaturizer:
         """
         require_finite_observations(observations)
         prefix = self.feature_model.featurize(observations, instructions)
-        real_tokens = torch.where(prefix.pad_mask[..., None], prefix.prefix_tokens, 0.0)
+        real_tokens = real_prefix_tokens(prefix.prefix_tokens, prefix.pad_mask)
         outputs = {"prefix": real_tokens, "ref_chunk": prefix.ref_chunk}
         require_finite_outputs(outputs, type(self.feature_model).__name__)
         return prefix

@@ -33,7 +33,7 @@ import torch
 import tyro
 
 from rpent_agents.common.cli import command
-from rpent_agents.features.pi05 import BATCH_BUCKETS
+from rpent_agents.features.buckets import BATCH_BUCKETS
 from rpent_agents.features.protocol import PrefixFeatures, RLTFeatures, RLTFeaturizer
 
 logger = logging.getLogger(__name__)

@@ -22,8 +22,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from rpent_agents.common.devices import resolve_device
-from rpent_agents.features.checkpoint import load_featurizer
 from rpent_agents.rollout.ray_vector_env import RayVectorEnv, import_ray
 from rpent_agents.rollout.rlt_stack import PegRLTConfig, RenderBackend
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, RLTWorkerFactory
@@ -117,8 +115,7 @@ def make_ray_vector_env(
     )
     for index, info in enumerate(workers.worker_info()):
         logger.info("rollout worker %d: pid %d on %s", index, info["pid"], info["node_ip"])
-    feature_model = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
-    return FeaturizedVectorEnv(workers, feature_model)
+    return FeaturizedVectorEnv(workers, config.make_featurizer())
 
 
 def _warn_if_short_of_resources(available: dict[str, float], rollout: RayRolloutConfig) -> None:

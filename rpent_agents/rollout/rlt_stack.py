@@ -35,6 +35,7 @@ import numpy as np
 
 from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
+from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_envs import FRANKA_ID, PEG_INSERTION_ID
 from rpent_envs.franka.env import ACTION_DIM as FRANKA_ACTION_DIM
 from rpent_envs.franka.env import STATE_DIM as FRANKA_STATE_DIM
@@ -59,6 +60,11 @@ class PegRLTConfig:
     """Actor chunk length H: steps executed per chunk (at most the checkpoint's chunk)."""
     feature_device: str = "auto"
     """Torch device of the feature model ("auto": cuda when available, else cpu)."""
+    feature_cuda_graphs: bool = True
+    """On a CUDA `feature_device`, run the built-in feature model as one captured CUDA graph
+    per batch-size bucket (`rpent_agents.features.graphed`: the same outputs up to float
+    rounding, a few launches instead of hundreds per call); False keeps the eager model.
+    Ignored on the CPU."""
     render_backend: RenderBackend = "auto"
     """SAPIEN render device of the peg env ("auto": gpu with CUDA, else cpu); physics: CPU."""
     trigger_mode: TriggerMode = "auto"
@@ -102,6 +108,11 @@ class PegRLTConfig:
     def vla_config(self) -> dict[str, Any]:
         """The checkpoint's VLA config (image size, reference chunk length, dims)."""
         return read_config(self.checkpoint_dir)["vla"]
+
+    def make_featurizer(self) -> RLTFeaturizer:
+        """The checkpoint's featurizer on `feature_device` (`feature_cuda_graphs` applied)."""
+        device = resolve_device(self.feature_device)
+        return load_featurizer(self.checkpoint_dir, device, self.feature_cuda_graphs)
 
     def make_peg_env(self, **kwargs: Any) -> gym.Env:
         """The raw peg env with cameras at the checkpoint's image size."""
@@ -177,8 +188,7 @@ def make_peg_rlt(
     """
     config = config or PegRLTConfig()
     peg_env = config.make_peg_env()
-    featurizer = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
-    featurized = RLTObservation(peg_env, featurizer, chunk_len=config.chunk_len)
+    featurized = RLTObservation(peg_env, config.make_featurizer(), chunk_len=config.chunk_len)
     switch = PolicySwitch(
         featurized,
         config.make_gate(),
@@ -207,6 +217,9 @@ class FrankaRLTConfig:
     """Actor chunk length H (the reference chunk may be longer)."""
     feature_device: str = "auto"
     """Where the checkpoint's feature model runs ("auto", "cpu", "cuda")."""
+    feature_cuda_graphs: bool = True
+    """On a CUDA `feature_device`, the checkpoint's CUDA-graph fast path (as
+    `PegRLTConfig.feature_cuda_graphs`); False keeps the eager model. Ignored on the CPU."""
 
     def __post_init__(self) -> None:
         """Accept a checkpoint given as a string (gym.make kwargs, JSON)."""
@@ -236,7 +249,8 @@ class FrankaRLTConfig:
                 raise ValueError(f"feature_server={self.feature_server!r}: give 'host:port'")
             return RemoteFeatureModel(host, int(port))
         self._check_checkpoint_fits(franka_kwargs)
-        return load_featurizer(self.checkpoint, resolve_device(self.feature_device))
+        device = resolve_device(self.feature_device)
+        return load_featurizer(self.checkpoint, device, self.feature_cuda_graphs)
 
     def _check_checkpoint_fits(self, franka_kwargs: dict[str, Any]) -> None:
         vla_config = read_config(self.checkpoint)["vla"]

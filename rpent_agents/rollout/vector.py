@@ -35,8 +35,6 @@ import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from rpent_agents.common.devices import resolve_device
-from rpent_agents.features.checkpoint import load_featurizer
 from rpent_agents.rollout.ready_steps import ReadySteps
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from wrappers.policy_switch import PolicySwitch
@@ -424,7 +422,7 @@ def make_rlt_vector_env(
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    feature_model = load_featurizer(config.checkpoint_dir, resolve_device(config.feature_device))
+    feature_model = config.make_featurizer()
     workers = AsyncVectorEnv(
         [RLTWorkerFactory(config, worker_torch_threads)] * num_envs,
         context="forkserver",

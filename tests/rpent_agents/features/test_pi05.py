@@ -16,7 +16,8 @@ from pi05_toy import (
 )
 from torch._inductor import config as inductor_config
 
-from rpent_agents.features.pi05 import BATCH_BUCKETS, PI05FeatureModel, _bucket_size
+from rpent_agents.features.buckets import BATCH_BUCKETS, bucket_size
+from rpent_agents.features.pi05 import PI05FeatureModel
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.remote import (
     FeatureServerPolicy,
@@ -80,7 +81,7 @@ def test_missing_local_tokenizer_is_named(pi05_folders, tmp_path):
 
 
 def test_batch_buckets():
-    sizes = {count: _bucket_size(count, BATCH_BUCKETS) for count in (1, 3, 64, 65, 129)}
+    sizes = {count: bucket_size(count, BATCH_BUCKETS) for count in (1, 3, 64, 65, 129)}
     assert sizes == {1: 1, 3: 4, 64: 64, 65: 128, 129: 192}
 
 
