@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pack what a GPU-machine run needs into .carry/ (git-ignored, < 50 MiB), for the `device` tool.
+# Pack what a GPU-machine run needs into .carry/ (git-ignored, ~44 MB), for the `device` tool.
 # The GPU machine has torch/numpy/scipy/tensorboard/safetensors but no registry: ManiSkill,
 # SAPIEN and their small pure-Python needs travel here. SAPIEN is carried as a trimmed tar.xz
 # (no C++ headers, no CUDA denoiser, no stereo pattern: 30 MB instead of 51 MB).
@@ -45,13 +45,18 @@ if [ "${1:-}" = ray ]; then
   exit 0
 fi
 out=.carry
-rm -rf "$out" && mkdir -p "$out/wheels" "$out/gl"
-download "$out/wheels" gymnasium==1.4.0 farama-notifications dacite transforms3d trimesh==5.2.0 \
+rm -rf "$out" && mkdir -p "$out/gl"
+tmp=$(mktemp -d)
+mkdir "$tmp/wheels"
+download "$tmp/wheels" gymnasium==1.4.0 farama-notifications dacite transforms3d trimesh==5.2.0 \
   pytorch_kinematics==0.7.6 arm_pytorch_utilities pytorch_seed defusedxml tyro==1.0.17 \
   docstring_parser typeguard pyperclip stable-baselines3==2.9.2
-tmp=$(mktemp -d)
 download "$tmp" sapien==3.0.3 mani-skill==3.0.1
-python3 ../shared/tools/slim_maniskill_wheel.py "$tmp"/mani_skill-*.whl "$out/wheels" >/dev/null
+python3 ../shared/tools/slim_maniskill_wheel.py "$tmp"/mani_skill-*.whl "$tmp/wheels" >/dev/null
+# The pure-Python wheels travel installed and xz-packed (1.8 MB less than the wheels: the tree
+# and .carry must fit in one call's 64 MiB with the embedded checkpoint and actor).
+.venv/bin/python -m pip install -q --no-deps --no-compile --target "$tmp/site" "$tmp"/wheels/*.whl
+tar -cf - -C "$tmp/site" . | xz -T2 -6 > "$out/site.tar.xz"
 mkdir "$tmp/sapien" && (cd "$tmp/sapien" && unzip -q "$tmp"/sapien-*.whl)
 rm -rf "$tmp"/sapien/sapien/include "$tmp"/sapien/sapien/oidn_library/libOpenImageDenoise_device* \
   "$tmp"/sapien/sapien/sensor/assets/patterns/d415.png "$tmp"/sapien/sapien/vulkan_library/*.dylib

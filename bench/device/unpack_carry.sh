@@ -26,7 +26,7 @@ fi
 for deb in .carry/gl/*.deb; do dpkg -x "$deb" /; done
 ldconfig
 mkdir -p "$site"
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .carry/wheels/*.whl
+tar -xJf .carry/site.tar.xz -C "$site"
 tar -xJf .carry/sapien.tar.xz -C "$site"
 # mani_skill.utils.visualization imports IPython.display at import time; nothing here uses it.
 mkdir -p "$site/IPython"
