@@ -2,7 +2,8 @@
 
 Each seed runs twice in this process on the peg RLT stack (`RPent/PegInsertion-RLT-v0`'s
 wrappers, no drop-in skipping): once with reference chunks only, once with the actor driving
-the critical phase (its mean chunk, no expert). Every step's `image` (the side camera) is
+where its gate opens (its mean chunk, no expert; the gate it was trained under, stored with its
+weights, unless `--no-actor-gate`). Every step's `image` (the side camera) is
 kept, so rendering is on for every step here. Frames get a banner: who drives and the outcome.
 
     .venv/bin/python bench/rollout_videos.py --stage2-run bench/figures/issue13/stage2_actor.pt \
@@ -24,7 +25,7 @@ import tyro
 from tqdm import tqdm
 
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
-from rpent_agents.stage2 import RLTDims, TrainedActor, load_actor
+from rpent_agents.stage2 import RLTDims, TrainedActor, actor_gate, load_actor
 from rpent_envs.image_demand import image_demand_of
 from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTObservation
@@ -37,6 +38,8 @@ class Args:
     seeds: list[int] = field(default_factory=lambda: [2, 8, 29])
     output_dir: Path = Path("runs/videos")
     env: PegRLTConfig = field(default_factory=PegRLTConfig)
+    actor_gate: bool = True
+    """Open the gate the actor was trained under (stored with its weights) instead of --env's."""
     fps: int = 10
 
 
@@ -101,6 +104,8 @@ def write_side_by_side(path: Path, base: tuple, actor: tuple, fps: int) -> None:
 def main(args: Args) -> None:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     config = args.env
+    if args.actor_gate:
+        config = config.with_gate_settings(actor_gate(args.stage2_run))
     grab = FrameGrab(config.make_peg_env())
     featurizer = config.make_featurizer()
     env = PolicySwitch(RLTObservation(grab, featurizer, config.chunk_len), config.make_gate())
