@@ -49,7 +49,7 @@ from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.learner import Stage2Learner
-from rpent_agents.stage2.loop_profile import LoopProfile
+from rpent_agents.stage2.loop_profile import LoopProfile, PartTimer
 from rpent_agents.stage2.networks import RLTDims
 from rpent_agents.stage2.results import EvalPoint, LearningResults
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
@@ -152,25 +152,6 @@ class WallClock:
     def has_time_for(self, seconds: float) -> bool:
         """Whether `seconds` more fit in this command's budget."""
         return self.max_s <= 0 or self.elapsed_s + seconds <= self.max_s
-
-
-class PartTimer:
-    """Seconds between successive laps, by part name (one vector step of the loop)."""
-
-    def __init__(self) -> None:
-        """Start timing now."""
-        self.part_s: dict[str, float] = {}
-        self.lap_started_s = time.perf_counter()
-
-    def lap(self, name: str, minus_s: dict[str, float] | None = None) -> None:
-        """Book the time since the last lap to `name`, less the parts of `minus_s` (booked)."""
-        now = time.perf_counter()
-        elapsed_s = now - self.lap_started_s
-        for part, seconds in (minus_s or {}).items():
-            self.part_s[part] = seconds
-            elapsed_s -= seconds
-        self.part_s[name] = elapsed_s
-        self.lap_started_s = now
 
 
 def stage2_config_of_run(args: TrainArgs) -> Stage2Config:
