@@ -105,6 +105,10 @@ class TrainArgs:
     on, instead of waiting for the slowest of all; 0: synchronous (every worker each step,
     reproducible to the bit). Which worker finishes first depends on timing, so an asynchronous
     run is not reproducible to the bit."""
+    eval_ready_envs: int = 1
+    """Asynchronous evaluation (--rollout vector): an evaluation step goes on once this many
+    workers have finished their chunk, and a worker whose episode ends starts its next held-out
+    seed at once; 0: synchronous. A seed gives the same episode either way."""
     stage2: Stage2Config = field(default_factory=Stage2Config)
     """Stage 2 hyperparameters (DESIGN.md §4 defaults)."""
 
@@ -424,6 +428,7 @@ class Stage2Run:
             act=lambda obs: self.learner.act(obs, deterministic=True),
             actor_ready=actor_ready,
             progress_label="eval actor" if actor_ready else "eval base policy",
+            ready_envs=args.eval_ready_envs,
         )
         self.results.eval_env_steps += result.env_steps
         self.state.eval_wall_time_s = result.wall_time_s
@@ -501,6 +506,8 @@ def train(args: TrainArgs) -> LearningResults:
             f"--ready-envs {args.ready_envs}: use 0 (synchronous) or 1..--num-envs "
             f"({args.num_envs})"
         )
+    if args.eval_ready_envs < 0:
+        raise ValueError(f"--eval-ready-envs {args.eval_ready_envs}: use 0 (synchronous) or more")
     if args.eval_seed + args.num_eval_episodes > args.train_seed:
         raise ValueError(
             f"--train-seed {args.train_seed} must exceed the held-out seeds "
