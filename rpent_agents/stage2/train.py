@@ -24,6 +24,7 @@ with results that match its learner (results.json next to run/ is the copy to re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -361,20 +362,26 @@ class Stage2Run:
     ) -> int:
         """Store the critical-phase chunks of one vector step; returns its simulator steps.
 
-        The envs of `skipped` returned no chunk (their worker was lost, or is still busy).
+        The envs of `skipped` returned no chunk (their worker was lost, or is still busy). The
+        diagnostics' Q values of the stored chunks come from one critic call.
         """
         config, env_steps = self.learner.config, 0
-        items = vector_step_items(self.obs, next_obs, infos, terminated, truncated, skipped)
+        items = list(vector_step_items(self.obs, next_obs, infos, terminated, truncated, skipped))
+        transition_of = functools.partial(
+            build_transition,
+            chunk_len=config.chunk_len,
+            truncation_ends_bootstrap=config.truncation_ends_bootstrap,
+            reference_on_interventions=config.reference_on_interventions,
+        )
+        transitions = [transition_of(*item) for item in items]
+        self.learner.add_transitions(transitions)
+        q_values = self.learner.q_values(transitions)
         kept_envs = np.flatnonzero(~skipped)
-        for env_index, (obs, env_next_obs, info, ended, cut) in zip(kept_envs, items, strict=True):
-            transition = build_transition(
-                obs, env_next_obs, info, ended, cut, config.chunk_len,
-                config.truncation_ends_bootstrap, config.reference_on_interventions,
-            )  # fmt: skip
-            self.learner.add_transitions([transition])
+        for env_index, (obs, _, info, ended, cut), transition, q_value in zip(
+            kept_envs, items, transitions, q_values, strict=True
+        ):
             self.chunk_stats.record(info, transition)
             self.episode_stats.record(env_index, info, ended or cut)
-            q_value = self.learner.q_value(transition) if transition is not None else None
             self.diagnostics.record(
                 env_index, info, obs, self.actions[env_index], q_value, ended or cut
             )
