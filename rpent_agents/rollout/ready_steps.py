@@ -23,7 +23,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import iterate
 
 
@@ -37,13 +37,22 @@ class ReadySteps:
 
     def __init__(self, env: AsyncVectorEnv) -> None:
         """Step the workers of `env` (nothing may be in flight through its own API)."""
-        if not isinstance(env, AsyncVectorEnv):
+        if not self.can_step(env):
             raise ValueError(
                 f"stepping workers as they are ready needs gymnasium's AsyncVectorEnv, got "
                 f"{type(env).__name__}; use --rollout vector"
             )
         self.env = env
         self.busy = np.zeros(env.num_envs, bool)
+
+    @staticmethod
+    def can_step(env: VectorEnv) -> bool:
+        """Whether the workers of `env` can be stepped one by one: gymnasium's processes.
+
+        Other vector envs (Ray actors: `rpent_agents.rollout.ray_vector_env`) step all
+        their envs together.
+        """
+        return isinstance(env, AsyncVectorEnv)
 
     def send(self, actions: Any, env_indices: np.ndarray) -> None:
         """Hand each worker of `env_indices` its row of the batched `actions`.

@@ -25,7 +25,8 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,7 +259,8 @@ class FeaturizedVectorEnv(VectorWrapper):
     ended. `step_async`/`step_wait` let the caller work (learner updates) while the workers
     simulate; `set_attr`, `get_attr` and `call` reach the workers.
 
-    Asynchronous stepping (worker processes only, `rpent_agents.rollout.ready_steps`):
+    Asynchronous stepping (worker processes only, `can_step_ready_envs`;
+    `rpent_agents.rollout.ready_steps`):
     `step_async(..., env_indices=idx)` sends chunks to those workers alone, and
     `step_wait(min_ready=k)` returns once k busy workers have answered, with only their rows
     updated (`last_ready` says which; the others keep simulating, `busy`). `reset`, `set_attr`
@@ -284,6 +286,8 @@ class FeaturizedVectorEnv(VectorWrapper):
         self.last_ready = np.zeros(env.num_envs, bool)
         """The envs whose chunk the last `step_wait` returned."""
         self.ready_steps: ReadySteps | None = None
+        self.pads_batches = False
+        """Whether featurizer batches are padded to `num_envs` observations (`full_batches`)."""
         self.observations: dict[str, np.ndarray] = {
             key: np.zeros((env.num_envs, *space.shape), np.float32)
             for key, space in self.single_observation_space.spaces.items()
@@ -298,6 +302,14 @@ class FeaturizedVectorEnv(VectorWrapper):
         raw, infos = self.env.reset(seed=seed, options=options or None)
         self._featurize(raw, infos, np.flatnonzero(mask | discarded_envs(infos, self.num_envs)))
         return self._copy_observations(), infos
+
+    @property
+    def can_step_ready_envs(self) -> bool:
+        """Whether this env steps asynchronously (`env_indices`, `min_ready`): worker processes.
+
+        False over Ray actors, which step every env together.
+        """
+        return ReadySteps.can_step(self.env)
 
     @property
     def busy(self) -> np.ndarray:
@@ -380,10 +392,34 @@ class FeaturizedVectorEnv(VectorWrapper):
     def featurize_observations(
         self, raw_observations: list[dict[str, np.ndarray]], instructions: list[str]
     ) -> dict[str, np.ndarray]:
-        """Batched RLT observations of raw observations (one feature-model call)."""
-        return rlt_observations(
-            self.feature_model, raw_observations, instructions, self.single_observation_space
+        """Batched RLT observations of raw observations (one feature-model call).
+
+        Under `full_batches` the call featurizes `num_envs` observations, those given and
+        then copies of the first, and returns the rows of those given.
+        """
+        count = len(raw_observations)
+        padding = self.num_envs - count if self.pads_batches and count else 0
+        batch = rlt_observations(
+            self.feature_model,
+            raw_observations + raw_observations[:1] * padding,
+            instructions + instructions[:1] * padding,
+            self.single_observation_space,
         )
+        return {key: values[:count] for key, values in batch.items()}
+
+    @contextmanager
+    def full_batches(self) -> Iterator[None]:
+        """Featurize batches of `num_envs` observations meanwhile, however many are new.
+
+        The feature model's float rounding depends on its batch size (not on the other rows'
+        values): so an observation's features are those a synchronous step gives, however
+        many workers answered with it (asynchronous evaluation).
+        """
+        self.pads_batches = True
+        try:
+            yield
+        finally:
+            self.pads_batches = False
 
     def set_attr(self, name: str, values: Any) -> None:
         """Set an attribute of every worker env (see `VectorEnv.set_attr`)."""

@@ -232,6 +232,10 @@ class EvalRLTArgs:
     seed: int = 0
     """First reset seed; episode i uses seed + i (held out: Stage 1 data starts at 1000)."""
     num_episodes: int = 100
+    ready_envs: int = 1
+    """Asynchronous evaluation: a step goes on once this many workers have finished their chunk
+    (each starting its next seed at once when its episode ends); 0: synchronous. A seed gives
+    the same episode either way."""
 
 
 def evaluate_with_traces(args: EvalRLTArgs) -> tuple[EvalResult, list[EpisodeTrace]]:
@@ -247,6 +251,7 @@ def evaluate_with_traces(args: EvalRLTArgs) -> tuple[EvalResult, list[EpisodeTra
             actor_ready=actor_ready,
             progress_label="actor" if actor_ready else "base policy",
             observer=recorder,
+            ready_envs=args.ready_envs,
         )
     finally:
         envs.close()

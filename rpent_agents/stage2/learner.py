@@ -19,7 +19,7 @@ counted (`stage2.step_guard`; scalars `train/rlt/skipped_critic_steps` and
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -177,15 +177,24 @@ class Stage2Learner:
         return act_chunks(self.actor, obs, deterministic, self.noise_generator, q_filter)
 
     @torch.no_grad()
-    def q_value(self, transition: RLTTransition) -> float:
-        """Q (first head) of one transition's observation and executed chunk (diagnostics)."""
+    def q_values(self, transitions: Sequence[RLTTransition | None]) -> list[float | None]:
+        """Q (first head) of each transition's observation and executed chunk (diagnostics).
+
+        One critic call and one device read for all of them; None where a transition is None
+        (not stored).
+        """
+        stored = [transition for transition in transitions if transition is not None]
+        if not stored:
+            return [None] * len(transitions)
         obs = obs_to_tensors(
-            {key: np.asarray(getattr(transition, key))[None] for key in ("z_rl", "proprio",
-             "ref_chunk")},
+            {key: np.stack([getattr(transition, key) for transition in stored])
+             for key in ("z_rl", "proprio", "ref_chunk")},
             self.device,
         )  # fmt: skip
-        action = torch.as_tensor(transition.action[None], dtype=torch.float32, device=self.device)
-        return float(self.critic(obs, action)[0, 0])
+        actions = np.stack([transition.action for transition in stored])
+        action = torch.as_tensor(actions, dtype=torch.float32, device=self.device)
+        q_first_head = iter(self.critic(obs, action)[:, 0].tolist())
+        return [None if transition is None else next(q_first_head) for transition in transitions]
 
     def replay_scalars(self) -> dict[str, float]:
         """Transitions refused as non-finite, and the share of stored ones with a reward."""

@@ -3,10 +3,10 @@
 One vector step of `rpent-stage2` is: the actor acts on every env's observation, the chunks go
 to the workers, the learner updates while they simulate, the loop waits for the slowest
 worker, the learner's process featurizes the observations that came back, and the chunks
-become transitions. `LoopProfile` adds up the seconds of each part over a run, and from the
-workers' own timings (`worker_chunk_s`, `worker_reset_s` in each env's info) how long the
-average and the slowest worker were busy: their ratio is the share of the synchronous step a
-worker spends waiting for the others.
+become transitions. `PartTimer` times the parts of one step; `LoopProfile` adds up the
+seconds of each part over a run, and from the workers' own timings (`worker_chunk_s`,
+`worker_reset_s` in each env's info) how long the average and the slowest worker were busy:
+their ratio is the share of the synchronous step a worker spends waiting for the others.
 
 Example:
     >>> profile = LoopProfile()
@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,3 +78,22 @@ class LoopProfile:
         if self.worker_max_busy_s > 0:
             summary["worker_busy_share"] = self.worker_mean_busy_s / self.worker_max_busy_s
         return summary
+
+
+class PartTimer:
+    """Seconds between successive laps, by part name (one vector step of the loop)."""
+
+    def __init__(self) -> None:
+        """Start timing now."""
+        self.part_s: dict[str, float] = {}
+        self.lap_started_s = time.perf_counter()
+
+    def lap(self, name: str, minus_s: dict[str, float] | None = None) -> None:
+        """Book the time since the last lap to `name`, less the parts of `minus_s` (booked)."""
+        now = time.perf_counter()
+        elapsed_s = now - self.lap_started_s
+        for part, seconds in (minus_s or {}).items():
+            self.part_s[part] = seconds
+            elapsed_s -= seconds
+        self.part_s[name] = elapsed_s
+        self.lap_started_s = now

@@ -24,6 +24,7 @@ with results that match its learner (results.json next to run/ is the copy to re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.learner import Stage2Learner
-from rpent_agents.stage2.loop_profile import LoopProfile
+from rpent_agents.stage2.loop_profile import LoopProfile, PartTimer
 from rpent_agents.stage2.networks import RLTDims
 from rpent_agents.stage2.results import EvalPoint, LearningResults
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
@@ -105,6 +106,10 @@ class TrainArgs:
     on, instead of waiting for the slowest of all; 0: synchronous (every worker each step,
     reproducible to the bit). Which worker finishes first depends on timing, so an asynchronous
     run is not reproducible to the bit."""
+    eval_ready_envs: int = 1
+    """Asynchronous evaluation (--rollout vector): an evaluation step goes on once this many
+    workers have finished their chunk, and a worker whose episode ends starts its next held-out
+    seed at once; 0: synchronous. A seed gives the same episode either way."""
     stage2: Stage2Config = field(default_factory=Stage2Config)
     """Stage 2 hyperparameters (DESIGN.md §4 defaults)."""
 
@@ -152,25 +157,6 @@ class WallClock:
     def has_time_for(self, seconds: float) -> bool:
         """Whether `seconds` more fit in this command's budget."""
         return self.max_s <= 0 or self.elapsed_s + seconds <= self.max_s
-
-
-class PartTimer:
-    """Seconds between successive laps, by part name (one vector step of the loop)."""
-
-    def __init__(self) -> None:
-        """Start timing now."""
-        self.part_s: dict[str, float] = {}
-        self.lap_started_s = time.perf_counter()
-
-    def lap(self, name: str, minus_s: dict[str, float] | None = None) -> None:
-        """Book the time since the last lap to `name`, less the parts of `minus_s` (booked)."""
-        now = time.perf_counter()
-        elapsed_s = now - self.lap_started_s
-        for part, seconds in (minus_s or {}).items():
-            self.part_s[part] = seconds
-            elapsed_s -= seconds
-        self.part_s[name] = elapsed_s
-        self.lap_started_s = now
 
 
 def stage2_config_of_run(args: TrainArgs) -> Stage2Config:
@@ -376,20 +362,26 @@ class Stage2Run:
     ) -> int:
         """Store the critical-phase chunks of one vector step; returns its simulator steps.
 
-        The envs of `skipped` returned no chunk (their worker was lost, or is still busy).
+        The envs of `skipped` returned no chunk (their worker was lost, or is still busy). The
+        diagnostics' Q values of the stored chunks come from one critic call.
         """
         config, env_steps = self.learner.config, 0
-        items = vector_step_items(self.obs, next_obs, infos, terminated, truncated, skipped)
+        items = list(vector_step_items(self.obs, next_obs, infos, terminated, truncated, skipped))
+        transition_of = functools.partial(
+            build_transition,
+            chunk_len=config.chunk_len,
+            truncation_ends_bootstrap=config.truncation_ends_bootstrap,
+            reference_on_interventions=config.reference_on_interventions,
+        )
+        transitions = [transition_of(*item) for item in items]
+        self.learner.add_transitions(transitions)
+        q_values = self.learner.q_values(transitions)
         kept_envs = np.flatnonzero(~skipped)
-        for env_index, (obs, env_next_obs, info, ended, cut) in zip(kept_envs, items, strict=True):
-            transition = build_transition(
-                obs, env_next_obs, info, ended, cut, config.chunk_len,
-                config.truncation_ends_bootstrap, config.reference_on_interventions,
-            )  # fmt: skip
-            self.learner.add_transitions([transition])
+        for env_index, (obs, _, info, ended, cut), transition, q_value in zip(
+            kept_envs, items, transitions, q_values, strict=True
+        ):
             self.chunk_stats.record(info, transition)
             self.episode_stats.record(env_index, info, ended or cut)
-            q_value = self.learner.q_value(transition) if transition is not None else None
             self.diagnostics.record(
                 env_index, info, obs, self.actions[env_index], q_value, ended or cut
             )
@@ -443,6 +435,7 @@ class Stage2Run:
             act=lambda obs: self.learner.act(obs, deterministic=True),
             actor_ready=actor_ready,
             progress_label="eval actor" if actor_ready else "eval base policy",
+            ready_envs=args.eval_ready_envs,
         )
         self.results.eval_env_steps += result.env_steps
         self.state.eval_wall_time_s = result.wall_time_s
@@ -521,6 +514,8 @@ def train(args: TrainArgs) -> LearningResults:
             f"--ready-envs {args.ready_envs}: use 0 (synchronous) or 1..--num-envs "
             f"({args.num_envs})"
         )
+    if args.eval_ready_envs < 0:
+        raise ValueError(f"--eval-ready-envs {args.eval_ready_envs}: use 0 (synchronous) or more")
     if args.eval_seed + args.num_eval_episodes > args.train_seed:
         raise ValueError(
             f"--train-seed {args.train_seed} must exceed the held-out seeds "

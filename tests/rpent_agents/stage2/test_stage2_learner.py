@@ -6,6 +6,7 @@ import torch
 from stage2_helpers import CHUNK_LEN, DIMS, transition
 
 from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner, losses
+from rpent_agents.stage2.learner import obs_to_tensors
 
 SMALL = {"chunk_len": CHUNK_LEN, "hidden_dim": 32, "batch_size": 16, "device": "cpu"}
 
@@ -132,6 +133,22 @@ def test_act_returns_flat_chunks_in_the_action_box():
     assert actions.shape == (3, CHUNK_LEN * 2) and actions.dtype == np.float32
     assert np.abs(actions).max() < 1.0
     np.testing.assert_array_equal(learner.act(obs, True), learner.act(obs, True))
+
+
+def test_one_batched_critic_call_gives_each_transition_its_own_q_value():
+    learner = _learner()
+    learner.run_updates(2)
+    transitions = [transition(value) for value in (-0.7, 0.1, 0.9)]
+    one_by_one = []
+    for stored in transitions:  # the critic on one transition at a time
+        obs = {key: getattr(stored, key)[None] for key in ("z_rl", "proprio", "ref_chunk")}
+        action = torch.as_tensor(stored.action[None])
+        one_by_one.append(float(learner.critic(obs_to_tensors(obs, learner.device), action)[0, 0]))
+    batched = learner.q_values([transitions[0], None, transitions[1], transitions[2]])
+    assert batched[1] is None and len(set(one_by_one)) == 3
+    # equal up to float rounding, which depends on the batch size
+    assert [batched[0], *batched[2:]] == pytest.approx(one_by_one, rel=1e-5, abs=1e-6)
+    assert learner.q_values([None, None]) == [None, None]
 
 
 class PreferringCritic(torch.nn.Module):
