@@ -18,6 +18,7 @@ The output folder gets report.json (summary and every trace) and stalls.png.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ from rpent_agents.common.cli import command
 from rpent_agents.common.devices import resolve_device
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import make_rlt_vector_env
-from rpent_agents.stage2.checkpoint import DEFAULT_ACTOR_DIR, load_actor
+from rpent_agents.stage2.checkpoint import DEFAULT_ACTOR_DIR, actor_gate, load_actor
 from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.networks import RLTDims
@@ -223,7 +224,10 @@ class EvalRLTArgs:
     env: PegRLTConfig = field(default_factory=PegRLTConfig)
     """The peg RLT stack (the expert takeover stays off while evaluating)."""
     policy: Literal["base", "actor"] = "base"
-    """base: reference chunks only; actor: a Stage 2 actor's mean chunks in the critical phase."""
+    """base: reference chunks only; actor: a Stage 2 actor's mean chunks where its gate opens."""
+    actor_gate: bool = True
+    """(actor) Open the gate the actor was trained under, stored with its weights, in place of
+    --env.trigger-mode and --env.missed-grasp-chunks; --no-actor-gate: those options."""
     stage2_run: Path | None = None
     """Stage 2 run folder or weights.pt of the actor (actor only); None: the embedded default
     actor (rpent_agents/stage2/default_actor)."""
@@ -275,9 +279,17 @@ def main() -> None:
         _evaluate_and_report(tyro.cli(EvalRLTArgs))
 
 
+def with_actor_gate(args: EvalRLTArgs) -> EvalRLTArgs:
+    """`args` with the gate the actor was trained under (`--policy actor`, `actor_gate`)."""
+    if args.policy != "actor" or not args.actor_gate:
+        return args
+    return dataclasses.replace(args, env=args.env.with_gate_settings(actor_gate(args.stage2_run)))
+
+
 def _evaluate_and_report(args: EvalRLTArgs) -> None:
     if args.stage2_run is not None and args.policy != "actor":
         raise ValueError("--stage2-run is read by --policy actor only")
+    args = with_actor_gate(args)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     result, traces = evaluate_with_traces(args)
     takeover = ExpertTakeover(expert=lambda observation: None)  # its default thresholds

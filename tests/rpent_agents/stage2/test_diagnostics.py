@@ -6,8 +6,16 @@ import sys
 
 import pytest
 
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.stage2 import DEFAULT_ACTOR_DIR
-from rpent_agents.stage2.diagnostics import ChunkEnd, EpisodeTrace, diagnosis, stall_summary
+from rpent_agents.stage2.diagnostics import (
+    ChunkEnd,
+    EpisodeTrace,
+    EvalRLTArgs,
+    diagnosis,
+    stall_summary,
+    with_actor_gate,
+)
 from wrappers.takeover import ExpertTakeover
 
 RADIUS = 0.04
@@ -60,11 +68,21 @@ def run_cli(tmp_path, *options):
 
 def test_cli_evaluates_the_embedded_actor_without_a_stage2_run(tmp_path):
     _, report = run_cli(
-        tmp_path, "--policy", "actor", "--env.trigger-mode", "always_on", "--num-envs", "1",
-        "--num-episodes", "1",
+        tmp_path, "--policy", "actor", "--no-actor-gate", "--env.trigger-mode", "always_on",
+        "--num-envs", "1", "--num-episodes", "1",
     )  # fmt: skip
     assert (report["policy"], report["stage2_run"]) == ("actor", str(DEFAULT_ACTOR_DIR))
     assert [chunk["critical"] for chunk in report["traces"][0]["chunks"]] == [True, True]
+
+
+def test_the_actor_is_evaluated_under_the_gate_it_was_trained_under():
+    # the embedded actor learned with the missed-grasp entry: its evaluation opens it too
+    args = EvalRLTArgs(policy="actor", env=PegRLTConfig(trigger_mode="always_on"))
+    assert with_actor_gate(args).env.gate_settings() == {
+        "trigger_mode": "auto", "missed_grasp_chunks": 4
+    }  # fmt: skip
+    untouched = EvalRLTArgs(policy="actor", actor_gate=False, env=args.env)
+    assert with_actor_gate(untouched).env == args.env
 
 
 def test_cli_writes_a_report_and_a_plot(tmp_path):
