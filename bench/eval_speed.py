@@ -26,7 +26,7 @@ import tyro
 from rpent_agents.common.devices import resolve_device
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
-from rpent_agents.stage2.checkpoint import load_actor
+from rpent_agents.stage2.checkpoint import actor_gate, load_actor
 from rpent_agents.stage2.evaluation import ChunkPolicy, EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.networks import RLTDims
 
@@ -43,7 +43,8 @@ class Args:
     repeats: int = 1
     """Evaluations of each kind, alternating; the medians are reported."""
     policy: Literal["actor", "base"] = "actor"
-    """actor: the embedded Stage 2 actor in the critical phase; base: reference chunks only."""
+    """actor: the embedded Stage 2 actor under the gate it was trained under; base: reference
+    chunks only."""
     render_backend: Literal["auto", "cpu", "gpu"] = "auto"
     feature_device: str = "auto"
     checkpoint: Path | None = None
@@ -73,7 +74,7 @@ def main(args: Args) -> dict:
         checkpoint=args.checkpoint,
         render_backend=args.render_backend,
         feature_device=args.feature_device,
-    )
+    ).with_gate_settings(actor_gate(None) if args.policy == "actor" else {})
     seeds = range(args.first_seed, args.first_seed + args.num_seeds)
     envs = make_rlt_vector_env(config, args.num_envs)
     try:
