@@ -6,6 +6,7 @@ NaN and inf never pass the featurizer (inputs and outputs) nor a checkpoint (sav
 import numpy as np
 import pytest
 import torch
+from builtin_helpers import observations
 from safetensors.torch import load_file, save_file
 
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig, ByteTokenizer
@@ -22,18 +23,6 @@ from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 INSTRUCTION = "insert the peg in the hole"
 INSTRUCTIONS = [INSTRUCTION] * 3
 TINY = dict(image_size=32, patch_size=16, dim=32, num_layers=1, num_head_layers=1, chunk_len=4)
-
-
-def observations(count, seed=0, size=32):
-    rng = np.random.default_rng(seed)
-    return [
-        {
-            "image": rng.integers(0, 256, (size, size, 3), dtype=np.uint8),
-            "wrist_image": rng.integers(0, 256, (size, size, 3), dtype=np.uint8),
-            "state": rng.normal(size=9).astype(np.float32),
-        }
-        for _ in range(count)
-    ]
 
 
 def tiny_vla(**overrides):

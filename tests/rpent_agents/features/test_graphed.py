@@ -8,7 +8,7 @@ The CUDA graphs themselves: `test_graphed_cuda.py`.
 import numpy as np
 import pytest
 import torch
-from graphed_helpers import instructions, observations, small_models
+from builtin_helpers import instructions, observations, small_models
 
 from rpent_agents.features.buckets import batch_pieces
 from rpent_agents.features.checkpoint import load_featurizer

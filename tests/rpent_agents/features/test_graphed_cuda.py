@@ -10,7 +10,7 @@ algorithm picked for its batch shape), so both paths run float32 maths and agree
 import numpy as np
 import pytest
 import torch
-from graphed_helpers import instructions, observations, small_models
+from builtin_helpers import instructions, observations, small_models
 
 from rpent_agents.features import graphed as graphed_module
 from rpent_agents.features.checkpoint import load_featurizer

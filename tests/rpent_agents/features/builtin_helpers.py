@@ -1,4 +1,4 @@
-"""What the graphed built-in VLA's tests share: small random models and observations."""
+"""What the built-in VLA's tests share: random observations, small random models."""
 
 import numpy as np
 import torch
