@@ -8,6 +8,8 @@
 #      batch 1, 8 and 16 (first call = capture, then timed calls; their ratio);
 #   3. eval_speed.json: bench/eval_speed.py, one evaluation of the 100 held-out seeds with the
 #      16 workers in lockstep against workers stepped as they answer (same per-seed outcomes).
+#   stage2_flags: "--env.no-feature-cuda-graphs" when the CUDA tests failed, else empty: what a
+#      Stage 2 run started after this job adds to its flags.
 # ~3-4 min. Carry .carry (first call of a lease). Then a Stage 2 run: stage2_presets.sh.
 #   bash bench/device/stage2_fast_path.sh
 set -uo pipefail
@@ -15,8 +17,12 @@ cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp/out}"
 mkdir -p "$out"
 source bench/device/gpu_env.sh
-python3 -m pytest -q -rs -p no:cacheprovider tests/rpent_agents/features/test_graphed_cuda.py \
-  tests/rpent_agents/stage2/test_stage2_cuda_graphs.py > "$out/cuda_tests.log" 2>&1
+if python3 -m pytest -q -rs -p no:cacheprovider tests/rpent_agents/features/test_graphed_cuda.py \
+  tests/rpent_agents/stage2/test_stage2_cuda_graphs.py > "$out/cuda_tests.log" 2>&1; then
+  : > "$out/stage2_flags"
+else
+  echo "--env.no-feature-cuda-graphs" > "$out/stage2_flags"
+fi
 tail -n 3 "$out/cuda_tests.log"
 python3 bench/featurize.py --device "$DEVICE" --models builtin-graphed --batch-sizes 1 8 16 \
   --jsonl "$out/featurize_graphed.jsonl" --label h200 > "$out/featurize.log" 2>&1
