@@ -24,7 +24,8 @@ from typing import Any
 
 from rpent_agents.rollout.ray_vector_env import RayVectorEnv, import_ray
 from rpent_agents.rollout.rlt_stack import PegRLTConfig, RenderBackend
-from rpent_agents.rollout.vector import FeaturizedVectorEnv, RLTWorkerFactory
+from rpent_agents.rollout.vector import FeaturizedVectorEnv
+from rpent_agents.rollout.worker import RLTWorkerFactory
 
 logger = logging.getLogger(__name__)
 

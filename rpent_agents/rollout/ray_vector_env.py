@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from rpent_agents.rollout.vector import DISCARDED_KEY, NO_RESET_SEED
+from rpent_agents.rollout.worker import DISCARDED_KEY, NO_RESET_SEED
 
 logger = logging.getLogger(__name__)
 RESTART_TIMEOUT_S = 300.0

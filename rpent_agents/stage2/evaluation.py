@@ -33,13 +33,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from rpent_agents.rollout.vector import (
-    MAX_SEED,
-    NO_RESET_SEED,
-    FeaturizedVectorEnv,
-    discarded_envs,
-    reset_envs,
-)
+from rpent_agents.rollout.vector import FeaturizedVectorEnv, discarded_envs, reset_envs
+from rpent_agents.rollout.worker import MAX_SEED, NO_RESET_SEED
 from rpent_agents.stage2.rollout_stats import EpisodeStats
 from rpent_agents.stage2.transitions import info_of_env
 

@@ -40,12 +40,12 @@ from rpent_agents.common.cli import command
 from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import (
-    NO_RESET_SEED,
     FeaturizedVectorEnv,
     discarded_envs,
     make_rlt_vector_env,
     reset_envs,
 )
+from rpent_agents.rollout.worker import NO_RESET_SEED
 from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds

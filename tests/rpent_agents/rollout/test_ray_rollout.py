@@ -24,7 +24,8 @@ from rpent_agents.rollout import ray_vector_env  # noqa: E402
 from rpent_agents.rollout.ray_rollout import RayRolloutConfig  # noqa: E402
 from rpent_agents.rollout.ray_vector_env import RayVectorEnv  # noqa: E402
 from rpent_agents.rollout.rlt_stack import PegRLTConfig  # noqa: E402
-from rpent_agents.rollout.vector import NO_RESET_SEED, FeaturizedVectorEnv, RLTWorkerFactory  # noqa: E402
+from rpent_agents.rollout.vector import FeaturizedVectorEnv  # noqa: E402
+from rpent_agents.rollout.worker import NO_RESET_SEED, RLTWorkerFactory  # noqa: E402
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner  # noqa: E402
 from rpent_agents.stage2.results import LearningResults  # noqa: E402
 from rpent_agents.stage2.train import RunState, Stage2Run, TrainArgs  # noqa: E402

@@ -10,11 +10,8 @@ import pytest
 
 import rpent_envs
 from rpent_agents.rollout.rlt_stack import PegRLTConfig, make_peg_rlt
-from rpent_agents.rollout.vector import (
-    RLTWorker,
-    SuppliedReference,
-    make_rlt_vector_env,
-)
+from rpent_agents.rollout.vector import make_rlt_vector_env
+from rpent_agents.rollout.worker import RLTWorker, SuppliedReference
 from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_envs.maniskill.expert import PegInsertionExpert
 from wrappers.policy_switch import PolicySwitch

@@ -17,7 +17,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from rpent_agents.features.checkpoint import load_featurizer
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
-from rpent_agents.rollout.vector import FeaturizedVectorEnv, RLTWorkerFactory
+from rpent_agents.rollout.vector import FeaturizedVectorEnv
+from rpent_agents.rollout.worker import RLTWorkerFactory
 from rpent_agents.stage2 import Stage2Config
 from rpent_agents.stage2 import train as stage2_train
 
