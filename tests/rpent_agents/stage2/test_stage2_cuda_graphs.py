@@ -72,8 +72,12 @@ def assert_same_learning(eager: Stage2Learner, graphed: Stage2Learner) -> None:
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"actor_noise_std": 0.0, "reference_dropout_prob": 0.0}],
-    ids=["noise-and-dropout", "deterministic"],
+    [
+        {},
+        {"actor_noise_std": 0.0, "reference_dropout_prob": 0.0},
+        {"num_q_heads": 10, "target_q_heads": 2, "actor_q": "mean"},
+    ],
+    ids=["noise-and-dropout", "deterministic", "ensemble"],
 )
 def test_graphed_updates_learn_what_eager_updates_learn(overrides):
     eager = filled_learner(cuda_graphs=False, **overrides)
