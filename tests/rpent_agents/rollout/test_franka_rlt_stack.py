@@ -88,10 +88,24 @@ def test_the_reference_drives_until_the_operator_presses_b(franka_checkpoint):
 def test_drop_in_reset_returns_once_the_operator_has_pressed_b(franka_checkpoint):
     presses = KeyPressQueue()
     env = make_env(franka_checkpoint, presses)  # drop-in: skip_inactive=True by default
-    timer = threading.Timer(1.0, presses.press, args=("b",))
-    timer.start()
-    obs, _ = env.reset(seed=0)
-    timer.join()
+    # The operator presses b after a second, and again every 0.2 s while the reference still
+    # drives: a press that lands while an episode restarts belongs to no episode and is
+    # dropped (KeyboardTrigger.reset), as a real operator would see and press again.
+    reset_returned = threading.Event()
+
+    def operator() -> None:
+        if not reset_returned.wait(1.0):
+            presses.press("b")
+        while not reset_returned.wait(0.2):
+            presses.press("b")
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    try:
+        obs, _ = env.reset(seed=0)
+    finally:
+        reset_returned.set()
+        thread.join()
     assert obs in env.observation_space
     _, _, _, _, info = env.step(np.zeros(ACTOR_LEN * ACTION_DIM, np.float32))
     assert info["action_source"] == "actor"
