@@ -7,8 +7,8 @@
 # else the embedded default. Carry .carry (first call of a lease).
 # $OUT (default /tmp/out) gets raw_state.json, and per run a folder N_PRESET/ with train.log,
 # results.json, success_curve.png, weights.pt and stage2.tfevents; $OUT/done when all ended.
-#   bash bench/device/stage2_presets.sh whole-episode \
-#     "sample-efficient --stage2.eval-q-filter --stage2.intervention-batch-share 0.5"
+#   bash bench/device/stage2_presets.sh sample-efficient \
+#     "sample-efficient --env.missed-grasp-chunks None"
 # CONCURRENT=1 runs every argument at the same time (learning comparisons: their speeds are
 # then not a run's own). A job longer than one device command (10 min) runs detached
 # (../shared/DEVICE.md) and poll_job.sh brings its files back:

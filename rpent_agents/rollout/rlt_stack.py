@@ -69,8 +69,7 @@ class PegRLTConfig:
     """SAPIEN render device of the peg env ("auto": gpu with CUDA, else cpu); physics: CPU."""
     trigger_mode: TriggerMode = "auto"
     """AutoGate mode: "auto", the critical phase near the hole (the RLT recipe); "always_on"
-    hands every chunk to the agent, so it also drives the grasp (the whole-episode preset of
-    `rpent-stage2`)."""
+    hands every chunk to the agent, so it also drives the grasp."""
     missed_grasp_chunks: int | None = None
     """With trigger_mode "auto": also hand control to the agent after this many chunks in a
     row without the peg held (a missed or lost grasp: the reference keeps every approach that

@@ -80,7 +80,7 @@ class RunArgs:
     """Steps executed per chunk (at most the checkpoint's reference chunk)."""
     actor_gate: bool = True
     """Open the actor's gate as in its training: the gate its weights store (e.g. the
-    grasp-rescue preset's missed-grasp entry) overrides --trigger-mode; --no-actor-gate:
+    sample-efficient preset's missed-grasp entry) overrides --trigger-mode; --no-actor-gate:
     --trigger-mode alone."""
     trigger_mode: TriggerMode = "auto"
     """The actor's gate where its weights store none (or with --no-actor-gate): "auto"
