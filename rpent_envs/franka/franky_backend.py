@@ -2,7 +2,8 @@
 
 franky is imported when a backend is built, never at package import. Its exceptions are
 translated into the two the env understands: `FrankaConnectionError` (the state stream or the
-command socket is gone) and `FrankaControlError` (the arm aborted a motion and needs a recovery).
+command socket is gone) and `FrankaControlError` (the arm aborted a motion, or franky's planner
+could not plan one, and needs a recovery).
 """
 
 from __future__ import annotations
@@ -180,7 +181,9 @@ class FrankyBackend:
         except franky.NetworkException as error:
             self._connection_lost = True
             raise self._connection_error(activity, error) from error
-        except (franky.Exception, franky.GripperException) as error:
+        # franky reports a motion its planner (Ruckig) could not plan as a plain RuntimeError:
+        # like a reflex, the arm stops that motion and the episode ends with a recovery.
+        except (franky.Exception, franky.GripperException, RuntimeError) as error:
             if self._connection_lost:  # libfranka's follow-up errors on a dead connection
                 raise self._connection_error(activity, error) from error
             raise FrankaControlError(

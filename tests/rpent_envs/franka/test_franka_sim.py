@@ -128,6 +128,36 @@ def test_a_quick_close_open_toggle_ends_open(sim_env):
     steps_until_gripper_width(sim_env, 1.0, lambda width_m: width_m > 0.075)
 
 
+class FailingPlanner:
+    """franky's Robot whose next motion poll reports a failed plan (franky-sim fails one
+    rarely and unprompted: Ruckig's error -111, which franky raises as a RuntimeError)."""
+
+    def __init__(self, robot):
+        self.robot = robot
+
+    def poll_motion(self):
+        raise RuntimeError("Motion planner failed with error code -111")
+
+    def __getattr__(self, name):
+        return getattr(self.robot, name)
+
+
+def test_a_motion_the_planner_failed_is_recovered_and_ends_the_episode(sim_env):
+    sim_env.reset(seed=0)
+    backend = sim_env.unwrapped.backend
+    robot, backend._robot = backend._robot, FailingPlanner(backend._robot)
+    try:
+        obs, reward, terminated, truncated, info = sim_env.step(unit(0, 1.0))
+    finally:
+        backend._robot = robot
+    assert truncated and not terminated and reward == 0.0
+    assert "Motion planner failed" in info["control_error"]
+    assert obs in sim_env.observation_space
+    sim_env.reset(seed=0)
+    *_, info = sim_env.step(unit(2, -1.0))
+    assert info["control_error"] is None
+
+
 # Faults: franky-sim plus a reflex switch (fault_sim.py), on its own address.
 
 
