@@ -203,6 +203,9 @@ def test_asynchronous_stepping_trains_and_evaluates(no_lerobot_site, tmp_path):
     # every chunk a worker ran is counted and stored once (always_on: all are transitions)
     assert results["env_steps"] >= 120 and results["transitions"] * 10 >= results["env_steps"]
     assert [point["env_steps"] for point in results["evals"]][-1] == results["env_steps"]
-    assert results["updates"] > 0 and results["loop_profile"]["vector_steps"] > 12
+    # Which workers answer each step depends on timing (test_vector pins that down); here the
+    # loop never takes fewer steps than lockstep over both workers would (120 / (2 * 10)).
+    assert results["updates"] > 0
+    assert results["loop_profile"]["vector_steps"] >= results["env_steps"] / 20
     refused = run_training(tmp_path / "ray", no_lerobot_site, "--ready-envs", "3", check=False)
     assert refused.returncode != 0 and "--ready-envs 3" in refused.stderr
