@@ -51,7 +51,9 @@ WEIGHTS_FORMAT = "rpent-stage2-weights-v1"
 DEFAULT_ACTOR_DIR = Path(__file__).parent / "default_actor"
 """The embedded Stage 2 actor (trained on the embedded Stage 1 checkpoint): a folder with
 `weights.pt` (as `save_weights` writes it) and `results.json`."""
-RUN_NETWORKS = ("actor", "critic", "target_critic")
+RUN_NETWORKS = ("actor", "acting_actor", "critic", "target_critic")
+"""A run's networks; "acting_actor" is the Polyak-averaged actor (`acting_actor_tau`), or the
+trained actor again (a run saved before it existed lacks it: its actor acted)."""
 WEIGHTS_NETWORKS = ("actor", "critic")
 
 
@@ -88,6 +90,7 @@ def _learner_state(learner: Stage2Learner, extra: dict[str, Any]) -> dict[str, A
     return {
         "dims": dataclasses.asdict(learner.dims),
         "actor": learner.actor.state_dict(),
+        "acting_actor": learner.acting_actor.state_dict(),
         "critic": learner.critic.state_dict(),
         "target_critic": learner.target_critic.state_dict(),
         "actor_optimizer": learner.actor_optimizer.state_dict(),
@@ -171,9 +174,11 @@ def resume_run(
             )
     config = Stage2Config.from_json(folder / CONFIG_FILE)
     state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    state.setdefault("acting_actor", state["actor"])
     require_finite_networks(state, RUN_NETWORKS, str(folder / STATE_FILE))
     learner = Stage2Learner(config, RLTDims(**state["dims"]), device)
     learner.actor.load_state_dict(state["actor"])
+    learner.acting_actor.load_state_dict(state["acting_actor"])
     learner.critic.load_state_dict(state["critic"])
     learner.target_critic.load_state_dict(state["target_critic"])
     for optimizer, key in (
@@ -193,7 +198,10 @@ def resume_run(
 
 
 def save_weights(learner: Stage2Learner, path: Path, gate: Mapping[str, Any] | None = None) -> None:
-    """Write the actor and critic weights (with their sizes) to one file.
+    """Write the acting actor and the critic weights (with their sizes) to one file.
+
+    The acting actor is the trained one, or its Polyak average when the learner keeps one
+    (`Stage2Config.acting_actor_tau`): the policy the run evaluated.
 
     Args:
         learner: Whose networks to write.
@@ -209,7 +217,7 @@ def save_weights(learner: Stage2Learner, path: Path, gate: Mapping[str, Any] | N
         "format": WEIGHTS_FORMAT,
         "dims": dataclasses.asdict(learner.dims),
         "chunk_len": learner.config.chunk_len,
-        "actor": learner.actor.state_dict(),
+        "actor": learner.acting_actor.state_dict(),
         "critic": learner.critic.state_dict(),
         "eval_q_filter": learner.config.eval_q_filter,
         "gate": dict(gate or {}),
@@ -263,7 +271,8 @@ def load_weights(learner: Stage2Learner, path: Path) -> None:
     """
     path, weights = read_weights(path)
     check_weights_fit(path, weights, learner.dims, learner.config.chunk_len, "this learner")
-    learner.actor.load_state_dict(weights["actor"])
+    for actor in (learner.actor, learner.acting_actor):
+        actor.load_state_dict(weights["actor"])
     learner.critic.load_state_dict(weights["critic"])
     learner.target_critic.load_state_dict(learner.critic.state_dict())
 

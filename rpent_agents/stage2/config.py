@@ -121,6 +121,12 @@ class Stage2Config:
     """When acting deterministically (evaluation, deployment), run the reference chunk instead
     of the actor's wherever the critic (min over heads) values the reference's higher: the
     actor then changes only what the critic expects it to improve. Off in the reference."""
+    acting_actor_tau: float | None = None
+    """Keep a Polyak average of the actor for acting deterministically (evaluation,
+    deployment, the run's weights file): after every actor step it moves this fraction of
+    the way to the trained actor (0.005: an average over the last ~200 actor steps), so a
+    late unlucky step does not decide the evaluated policy; training explores with the
+    trained actor. None: the trained actor acts everywhere (reference)."""
 
     replay_capacity: int = 50000
     """Transitions the replay buffer keeps (oldest overwritten)."""
@@ -176,6 +182,11 @@ class Stage2Config:
             raise ValueError(
                 "Stage2Config.intervention_batch_share must lie in [0, 1), "
                 f"got {self.intervention_batch_share}"
+            )
+        if self.acting_actor_tau is not None and not 0.0 < self.acting_actor_tau <= 1.0:
+            raise ValueError(
+                "Stage2Config.acting_actor_tau must lie in (0, 1] or be None (the trained "
+                f"actor acts), got {self.acting_actor_tau}"
             )
         if self.sample_window < 1:
             raise ValueError(f"Stage2Config.sample_window must be >= 1, got {self.sample_window}")

@@ -142,6 +142,12 @@ class Stage2Learner:
                 config.num_q_heads,
             ).to(self.device)  # fmt: skip
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        # The Polyak-averaged actor that acts deterministically (`acting_actor_tau`).
+        self.acting_actor = (
+            self.actor
+            if config.acting_actor_tau is None
+            else copy.deepcopy(self.actor).requires_grad_(False)
+        )
         self.use_cuda_graphs = config.cuda_graphs and self.device.type == "cuda"
         self.actor_optimizer = _adam(self.actor, config.actor_lr, self.use_cuda_graphs)
         self.critic_optimizer = _adam(self.critic, config.critic_lr, self.use_cuda_graphs)
@@ -174,7 +180,8 @@ class Stage2Learner:
             deterministic: Use the mean (evaluation) instead of adding the fixed noise.
         """
         q_filter = self.critic if deterministic and self.config.eval_q_filter else None
-        return act_chunks(self.actor, obs, deterministic, self.noise_generator, q_filter)
+        actor = self.acting_actor if deterministic else self.actor
+        return act_chunks(actor, obs, deterministic, self.noise_generator, q_filter)
 
     @torch.no_grad()
     def q_values(self, transitions: Sequence[RLTTransition | None]) -> list[float | None]:
@@ -371,6 +378,8 @@ class Stage2Learner:
         floor = config.q_scale_floor if config.normalize_q else None
         loss = losses.actor_loss(q_pi, bc.loss, q_weight, bc_weight, losses.q_scale(q_pi, floor))
         self._step(self.actor_optimizer, self.actor, loss, self.skipped_steps["actor"])
+        if self.acting_actor is not self.actor:
+            self._polyak_update(self.acting_actor, self.actor, config.acting_actor_tau)
         return {
             "actor/actor_loss": loss.detach(),
             "q_pi": q_pi.detach().mean(),
@@ -398,9 +407,11 @@ class Stage2Learner:
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip_norm, foreach=True)
         step_unless_non_finite(optimizer, loss, norm, skipped_steps)
 
-    @torch.no_grad()
     def _soft_update_target(self) -> None:
-        targets = list(self.target_critic.parameters())
-        online = list(self.critic.parameters())
-        # One fused launch for all parameters: target <- target + tau (online - target).
-        torch._foreach_lerp_(targets, online, self.config.tau)
+        self._polyak_update(self.target_critic, self.critic, self.config.tau)
+
+    @staticmethod
+    @torch.no_grad()
+    def _polyak_update(average: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+        """Move `average` by tau towards `online` (one fused launch for all parameters)."""
+        torch._foreach_lerp_(list(average.parameters()), list(online.parameters()), tau)

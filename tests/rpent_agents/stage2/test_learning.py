@@ -85,6 +85,12 @@ def test_an_ensemble_critic_learns_the_task_too(reference_success):
     assert success >= LEARNED and success >= reference_success + 0.3
 
 
+def test_an_averaged_acting_actor_learns_the_task_too(reference_success):
+    # evaluation acts with a Polyak average of the trained actor (~the last 100 actor steps)
+    success = trained_success(acting_actor_tau=0.01)
+    assert success >= LEARNED and success >= reference_success + 0.3
+
+
 def _bootstrap_sign_flipped(rewards, done, next_q_min, gamma, bootstrap_type="standard"):
     return _TD_TARGET(rewards, done, -next_q_min, gamma, bootstrap_type)
 

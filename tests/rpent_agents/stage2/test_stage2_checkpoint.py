@@ -1,5 +1,7 @@
 """Resuming a whole run from its folder, and loading one weights file."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -23,20 +25,25 @@ SMALL = Stage2Config(
 )  # fmt: skip
 
 
-def _trained_learner():
-    learner = Stage2Learner(SMALL, DIMS)
+AVERAGED = dataclasses.replace(SMALL, acting_actor_tau=0.25)
+"""SMALL with a Polyak-averaged acting actor."""
+
+
+def _trained_learner(config=SMALL):
+    learner = Stage2Learner(config, DIMS)
     learner.add_transitions(transition(value) for value in np.linspace(-1, 1, 40))
     learner.train_step()
     return learner
 
 
 def _parameters(learner):
-    modules = (learner.actor, learner.critic, learner.target_critic)
+    modules = (learner.actor, learner.acting_actor, learner.critic, learner.target_critic)
     return torch.cat([p.detach().flatten() for m in modules for p in m.parameters()])
 
 
-def test_a_resumed_run_continues_exactly_like_the_uninterrupted_one(tmp_path):
-    learner = _trained_learner()
+@pytest.mark.parametrize("config", [SMALL, AVERAGED], ids=["trained-actor", "averaged-actor"])
+def test_a_resumed_run_continues_exactly_like_the_uninterrupted_one(tmp_path, config):
+    learner = _trained_learner(config)
     save_run(learner, tmp_path / "run", extra={"env_steps": 1234, "episodes": [1, 2]})
     resumed, extra = resume_run(tmp_path / "run")
     assert extra == {"env_steps": 1234, "episodes": [1, 2]}
@@ -64,8 +71,20 @@ def test_resume_names_the_missing_file(tmp_path):
         resume_run(tmp_path / "run")
 
 
-def test_a_weights_file_restores_the_policy_and_critic(tmp_path):
+def test_a_run_saved_before_the_acting_actor_existed_resumes_with_its_actor(tmp_path):
     learner = _trained_learner()
+    save_run(learner, tmp_path / "run")
+    state = torch.load(tmp_path / "run" / "learner_state.pt", weights_only=True)
+    del state["acting_actor"]
+    torch.save(state, tmp_path / "run" / "learner_state.pt")
+    resumed, _ = resume_run(tmp_path / "run")
+    assert torch.equal(_parameters(resumed), _parameters(learner))
+
+
+@pytest.mark.parametrize("config", [SMALL, AVERAGED], ids=["trained-actor", "averaged-actor"])
+def test_a_weights_file_restores_the_policy_and_critic(tmp_path, config):
+    # the file holds the policy that acts deterministically: the average when there is one
+    learner = _trained_learner(config)
     save_weights(learner, tmp_path / "weights.pt")
     fresh = Stage2Learner(Stage2Config(chunk_len=CHUNK_LEN, hidden_dim=32, seed=7), DIMS, "cpu")
     load_weights(fresh, tmp_path / "weights.pt")

@@ -59,7 +59,7 @@ def filled_learner(cuda_graphs: bool, **overrides) -> Stage2Learner:
 
 
 def network_tensors(learner: Stage2Learner) -> list[torch.Tensor]:
-    modules = (learner.actor, learner.critic, learner.target_critic)
+    modules = (learner.actor, learner.acting_actor, learner.critic, learner.target_critic)
     return [tensor for module in modules for tensor in module.state_dict().values()]
 
 
@@ -76,8 +76,9 @@ def assert_same_learning(eager: Stage2Learner, graphed: Stage2Learner) -> None:
         {},
         {"actor_noise_std": 0.0, "reference_dropout_prob": 0.0},
         {"num_q_heads": 10, "target_q_heads": 2, "actor_q": "mean"},
+        {"acting_actor_tau": 0.05},
     ],
-    ids=["noise-and-dropout", "deterministic", "ensemble"],
+    ids=["noise-and-dropout", "deterministic", "ensemble", "averaged-actor"],
 )
 def test_graphed_updates_learn_what_eager_updates_learn(overrides):
     eager = filled_learner(cuda_graphs=False, **overrides)

@@ -6,7 +6,7 @@ import torch
 from stage2_helpers import CHUNK_LEN, DIMS, transition
 
 from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner, losses
-from rpent_agents.stage2.learner import obs_to_tensors
+from rpent_agents.stage2.learner import act_chunks, obs_to_tensors
 
 SMALL = {"chunk_len": CHUNK_LEN, "hidden_dim": 32, "batch_size": 16, "device": "cpu"}
 
@@ -149,6 +149,23 @@ def test_one_batched_critic_call_gives_each_transition_its_own_q_value():
     # equal up to float rounding, which depends on the batch size
     assert [batched[0], *batched[2:]] == pytest.approx(one_by_one, rel=1e-5, abs=1e-6)
     assert learner.q_values([None, None]) == [None, None]
+
+
+def test_the_acting_actor_is_a_polyak_average_that_evaluation_acts_with():
+    obs = {"z_rl": np.ones((2, 4)), "proprio": np.ones((2, 2)), "ref_chunk": np.ones((2, 3, 2))}
+    reference = _learner()
+    assert reference.acting_actor is reference.actor  # no average
+    learner = _learner(acting_actor_tau=0.25, actor_noise_std=0.0)
+    average_before = _flat(learner.acting_actor)
+    learner.run_updates(4)  # one actor step, three critic steps
+    expected = 0.75 * average_before + 0.25 * _flat(learner.actor)
+    assert torch.allclose(_flat(learner.acting_actor), expected, atol=1e-7)
+    assert not torch.allclose(_flat(learner.acting_actor), _flat(learner.actor))
+    np.testing.assert_array_equal(
+        learner.act(obs, deterministic=True), act_chunks(learner.acting_actor, obs)
+    )
+    # training explores with the trained actor (here without noise)
+    np.testing.assert_array_equal(learner.act(obs), act_chunks(learner.actor, obs))
 
 
 class PreferringCritic(torch.nn.Module):
