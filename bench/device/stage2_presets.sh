@@ -6,7 +6,9 @@
 # the start and every 100k). Uses /tmp/ckpt when the machine holds stage1_peg.sh's checkpoint,
 # else the embedded default. Carry .carry (first call of a lease).
 # $OUT (default /tmp/out) gets raw_state.json, and per run a folder N_PRESET/ with train.log,
-# results.json, success_curve.png, weights.pt and stage2.tfevents; $OUT/done when all ended.
+# results.json, success_curve.png, weights.pt (the acting actor: the Polyak average with
+# --stage2.acting-actor-tau), trained_weights.pt (the trained actor) and stage2.tfevents;
+# $OUT/done when all ended.
 #   bash bench/device/stage2_presets.sh sample-efficient \
 #     "sample-efficient --env.missed-grasp-chunks None"
 # CONCURRENT=1 runs every argument at the same time (learning comparisons: their speeds are
@@ -42,6 +44,7 @@ run_spec() {  # index, spec: one rpent-stage2 run, its files under $out/INDEX_PR
     --num-eval-episodes "${EVAL_SEEDS:-100}" 2>&1 | progress_free >> "$run_out/train.log"
   echo "command wall time: $(($(date +%s) - started)) s" >> "$run_out/train.log"
   cp "$run_dir/results.json" "$run_dir/success_curve.png" "$run_dir/run/weights.pt" "$run_out/"
+  python3 bench/device/trained_actor_weights.py "$run_dir/run" "$run_out/trained_weights.pt"
   cat "$run_dir"/tensorboard/events.* > "$run_out/stage2.tfevents"
   tail -n 2 "$run_out/train.log"
 }

@@ -144,6 +144,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             show_wrist_mount=show_wrist_mount,
             base_camera_view=base_camera_view,
             reconfiguration_freq=reconfiguration_freq,
+            agent_obs_only=True,  # `_observation` reads the joint positions and images only
         )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
         spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)}
@@ -224,17 +225,7 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             sits when inserted); `peg_half_size` (3,), `hole_radius` (1,), `qpos` (9,),
             `is_grasped` (bool array of shape ()).
         """
-        sim = self._sim
-        return {
-            "tcp_pose": _to_numpy(sim.agent.tcp.pose.raw_pose).astype(np.float64),
-            "peg_pose": _to_numpy(sim.peg.pose.raw_pose).astype(np.float64),
-            "hole_pose": _to_numpy(sim.box_hole_pose.raw_pose).astype(np.float64),
-            "goal_peg_pose": _to_numpy(sim.goal_pose.raw_pose).astype(np.float64),
-            "peg_half_size": _to_numpy(sim.peg_half_sizes).astype(np.float64),
-            "hole_radius": np.atleast_1d(_to_numpy(sim.box_hole_radii)).astype(np.float64),
-            "qpos": _to_numpy(sim.agent.robot.get_qpos()).astype(np.float64),
-            "is_grasped": _to_numpy(sim.agent.is_grasping(sim.peg, max_angle=20)).astype(bool),
-        }
+        return self._sim.unwrapped.privileged_state()
 
     def _observation(self, raw_obs: dict[str, Any]) -> dict[str, np.ndarray]:
         obs = {"state": _to_numpy(raw_obs["agent"]["qpos"])[:STATE_DIM].astype(np.float32)}

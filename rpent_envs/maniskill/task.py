@@ -21,6 +21,8 @@ from mani_skill.utils.scene_builder.table import TableSceneBuilder
 from mani_skill.utils.structs import Actor, Pose
 from mani_skill.utils.structs.types import SimConfig
 
+from rpent_envs.maniskill import cpu_checks
+
 MANISKILL_TASK_ID = "PegInsertionSideWideClearance-v1"
 HOLE_CLEARANCE_M = 0.02
 CONTROL_FREQ_HZ = 10
@@ -68,7 +70,12 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
     _clearance = HOLE_CLEARANCE_M
 
     def __init__(
-        self, *args, show_wrist_mount: bool = False, base_camera_view: str = "side", **kwargs
+        self,
+        *args,
+        show_wrist_mount: bool = False,
+        base_camera_view: str = "side",
+        agent_obs_only: bool = False,
+        **kwargs,
     ) -> None:
         if base_camera_view not in BASE_CAMERA_VIEWS:
             raise ValueError(
@@ -78,6 +85,12 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
         self.show_wrist_mount = show_wrist_mount
         self.skip_sensor_data = False
         """While True, observations carry no sensor data (nothing is rendered)."""
+        self.agent_obs_only = agent_obs_only
+        """Observations hold the robot's state and sensor data but no task extras (poses of
+        the TCP, peg and hole): for a consumer that reads only the robot's joints."""
+        self.fast_cpu_checks = True
+        """Compute success and grasp of one CPU scene with `cpu_checks` (False: ManiSkill's
+        batched torch code, as on the GPU; the answers are the same, ~8x slower)."""
         super().__init__(*args, **kwargs)
 
     @property
@@ -103,6 +116,9 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
             peg_head_offsets[:, 0] = self.peg_half_sizes[:, 0]
             self.peg_head_offsets = Pose.create_from_pq(p=peg_head_offsets)
             self.box_hole_offsets = Pose.create_from_pq(p=torch.zeros((self.num_envs, 3)))
+            # The same offsets of the first scene, for the CPU checks (one scene on the CPU).
+            self.cpu_head_offset = sapien.Pose(p=peg_head_offsets[0].numpy())
+            self.cpu_hole_offset = sapien.Pose()
             self.box_hole_radii = common.to_tensor(radii + self._clearance)
             pegs, boxes = [], []
             for env_index in range(self.num_envs):
@@ -150,14 +166,73 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
             return dict(agent=self._get_obs_agent(), extra=self._get_obs_extra(info))
         return super()._get_obs_with_sensor_data(info, apply_texture_transforms)
 
+    def _get_obs_extra(self, info: dict) -> dict:
+        return {} if self.agent_obs_only else super()._get_obs_extra(info)
+
     def evaluate(self) -> dict[str, torch.Tensor]:
-        """Success, peg-head position in the hole frame, grasp flag, hole radius and entry."""
-        info = super().evaluate()
-        info["is_grasped"] = self.agent.is_grasping(self.peg, max_angle=GRASP_MAX_ANGLE_DEG)
+        """Success, peg-head position in the hole frame, grasp flag, hole radius and entry.
+
+        On the CPU (one scene) the checks run on SAPIEN's poses and contacts (`cpu_checks`,
+        the same answers as ManiSkill's batched torch code in a fraction of its time).
+        """
+        if self.gpu_sim_enabled or not self.fast_cpu_checks:
+            info = super().evaluate()
+            info["is_grasped"] = self.agent.is_grasping(self.peg, max_angle=GRASP_MAX_ANGLE_DEG)
+        else:
+            info = self._evaluate_one_cpu_scene()
         info["hole_radius"] = self.box_hole_radii.clone()
         # The box is as deep as the peg is long: its face (the hole's entry) is at -half length.
         info["hole_entry_x"] = -self.peg_half_sizes[:, 0]
         return info
+
+    def _evaluate_one_cpu_scene(self) -> dict[str, torch.Tensor]:
+        at_hole = cpu_checks.peg_head_at_hole(
+            self.peg, self.box, self.cpu_head_offset, self.cpu_hole_offset
+        )
+        grasped = cpu_checks.panda_grasps(self.scene.px, self.agent, self.peg, GRASP_MAX_ANGLE_DEG)
+        return {
+            "success": torch.tensor(
+                [cpu_checks.peg_inserted(at_hole, self.box_hole_radii[0].numpy())]
+            ),
+            "peg_head_pos_at_hole": torch.from_numpy(at_hole[None]),
+            "is_grasped": torch.tensor([grasped]),
+        }
+
+    def privileged_state(self) -> dict[str, np.ndarray]:
+        """The first scene's state for a scripted expert (`PegInsertionEnv.privileged_state`).
+
+        Poses as 7-vectors (position, quaternion wxyz, float64): `tcp_pose`, `peg_pose`,
+        `hole_pose`, `goal_peg_pose`; `peg_half_size` (3,), `hole_radius` (1,), `qpos` (9,),
+        `is_grasped` (bool, shape ()). On the CPU from SAPIEN's poses (`cpu_checks`).
+        """
+        if self.gpu_sim_enabled or not self.fast_cpu_checks:
+            poses = {
+                "tcp_pose": self.agent.tcp.pose, "peg_pose": self.peg.pose,
+                "hole_pose": self.box_hole_pose, "goal_peg_pose": self.goal_pose,
+            }  # fmt: skip
+            state = {name: pose.raw_pose[0].cpu().numpy().astype(np.float64)
+                     for name, pose in poses.items()}  # fmt: skip
+            grasped = bool(self.agent.is_grasping(self.peg, max_angle=GRASP_MAX_ANGLE_DEG)[0])
+        else:
+            hole = cpu_checks.entity_pose(self.box) * self.cpu_hole_offset
+            state = {
+                "tcp_pose": cpu_checks.pose_vector(cpu_checks.entity_pose(self.agent.tcp)),
+                "peg_pose": cpu_checks.pose_vector(cpu_checks.entity_pose(self.peg)),
+                "hole_pose": cpu_checks.pose_vector(hole, standardize=True),
+                "goal_peg_pose": cpu_checks.pose_vector(
+                    hole * self.cpu_head_offset.inv(), standardize=True
+                ),
+            }
+            grasped = cpu_checks.panda_grasps(
+                self.scene.px, self.agent, self.peg, GRASP_MAX_ANGLE_DEG
+            )
+        first = {
+            "peg_half_size": self.peg_half_sizes[0],
+            "hole_radius": self.box_hole_radii[:1],
+            "qpos": self.agent.robot.get_qpos()[0],
+        }
+        state |= {name: value.cpu().numpy().astype(np.float64) for name, value in first.items()}
+        return state | {"is_grasped": np.asarray(grasped)}
 
     def compute_sparse_reward(self, obs, action, info) -> torch.Tensor:  # noqa: D102
         return info["success"].float()
