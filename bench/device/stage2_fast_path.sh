@@ -8,9 +8,11 @@
 #      batch 1, 8 and 16 (first call = capture, then timed calls; their ratio);
 #   3. eval_speed.json: bench/eval_speed.py, one evaluation of the 100 held-out seeds with the
 #      16 workers in lockstep against workers stepped as they answer (same per-seed outcomes).
+#   4. env_step_speed.json: bench/env_step_speed.py, one peg env's steps/s with RPent's CPU
+#      checks against ManiSkill's own code (state and rgb modes; their ratio).
 #   stage2_flags: "--env.no-feature-cuda-graphs" when the CUDA tests failed, else empty: what a
 #      Stage 2 run started after this job adds to its flags.
-# ~3-4 min. Carry .carry (first call of a lease). Then a Stage 2 run: stage2_presets.sh.
+# ~4-5 min. Carry .carry (first call of a lease). Then a Stage 2 run: stage2_presets.sh.
 #   bash bench/device/stage2_fast_path.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,3 +32,5 @@ tail -n 4 "$out/featurize.log"
 python3 bench/eval_speed.py --num-envs "${NUM_ENVS:-16}" --num-seeds "${EVAL_SEEDS:-100}" \
   --render-backend "$RENDER" --feature-device "$DEVICE" 2> "$out/eval_speed.err" \
   | tee "$out/eval_speed.json"
+python3 bench/env_step_speed.py --render-backend "$RENDER" 2> "$out/env_step_speed.err" \
+  | tee "$out/env_step_speed.json"
