@@ -220,11 +220,7 @@ class Stage2Learner:
 
     def add_transitions(self, transitions: Iterable[RLTTransition | None]) -> int:
         """Store the given transitions (None and non-finite ones are not); returns how many."""
-        stored = 0
-        for transition in transitions:
-            if transition is not None:
-                stored += self.replay.add(transition)
-        return stored
+        return self.replay.add_many([item for item in transitions if item is not None])
 
     def train_step(self) -> dict[str, float]:
         """Run the updates the schedule allows now; returns the train-step scalars."""

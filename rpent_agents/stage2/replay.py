@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -160,6 +161,38 @@ class ReplayBuffer:
         Raises:
             ValueError: When a field's shape does not match the buffer's dims (nothing stored).
         """
+        return self.add_many([transition]) == 1
+
+    def add_many(self, transitions: Sequence[RLTTransition]) -> int:
+        """Store transitions in order (as `add` one by one), with one copy per field.
+
+        Returns:
+            How many were stored: those holding NaN or inf are refused and counted instead.
+
+        Raises:
+            ValueError: When a field's shape does not match the buffer's dims (nothing stored).
+        """
+        rows = [self._checked_values(transition) for transition in transitions]
+        accepted = [values for values in rows if self._finite_or_counted(values)]
+        if not accepted:
+            return 0
+        slots = (self.next_index + np.arange(len(accepted))) % self.capacity
+        kept = slice(-min(len(accepted), self.capacity), None)  # the newest, when more than fit
+        slot_index = torch.as_tensor(slots[kept], device=self.device)
+        for name in TRANSITION_FIELDS:
+            stacked = np.stack([values[name] for values in accepted[kept]])
+            self.storage[name][slot_index] = torch.as_tensor(stacked, dtype=_field_dtype(name)).to(
+                self.device
+            )
+        self.intervened_host[slots[kept]] = [
+            values["intervened"].any() for values in accepted[kept]
+        ]
+        self.next_index = int(slots[-1] + 1) % self.capacity
+        self.size = min(self.size + len(accepted), self.capacity)
+        self.total_added += len(accepted)
+        return len(accepted)
+
+    def _checked_values(self, transition: RLTTransition) -> dict[str, np.ndarray]:
         values = {name: np.asarray(getattr(transition, name)) for name in TRANSITION_FIELDS}
         for name, value in values.items():
             if value.shape != self.shapes[name]:
@@ -167,20 +200,15 @@ class ReplayBuffer:
                     f"RLTTransition.{name} has shape {value.shape}; this buffer stores "
                     f"{self.shapes[name]} (dims {self.dims}, chunk_len {self.chunk_len})"
                 )
+        return values
+
+    def _finite_or_counted(self, values: dict[str, np.ndarray]) -> bool:
         non_finite = first_non_finite_entry(values)
-        if non_finite is not None:
-            self.refused_non_finite += 1
-            logger.warning("replay: refused a transition whose %s holds %s at %s", *non_finite)
-            return False
-        for name, value in values.items():
-            self.storage[name][self.next_index] = torch.tensor(
-                value, dtype=_field_dtype(name), device=self.device
-            )
-        self.intervened_host[self.next_index] = bool(values["intervened"].any())
-        self.next_index = (self.next_index + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
-        self.total_added += 1
-        return True
+        if non_finite is None:
+            return True
+        self.refused_non_finite += 1
+        logger.warning("replay: refused a transition whose %s holds %s at %s", *non_finite)
+        return False
 
     def sample(
         self,

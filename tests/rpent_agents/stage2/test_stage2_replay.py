@@ -129,6 +129,26 @@ def test_ring_buffer_keeps_the_newest_and_samples_only_the_recent_window():
     assert batch.intervened.dtype == torch.bool
 
 
+def test_adding_many_at_once_stores_what_adding_one_by_one_does():
+    items = [transition(float(value)) for value in range(7)]
+    items[2].z_rl[0] = np.nan  # refused and counted either way
+    for item in items[::3]:
+        item.intervened[:] = True
+    one_by_one, at_once = (ReplayBuffer(DIMS, CHUNK_LEN, capacity=4) for _ in range(2))
+    one_by_one.add(items[0])
+    at_once.add_many(items[:1])
+    for item in items[1:]:  # wraps around the ring, then more than it holds in one call
+        one_by_one.add(item)
+    assert at_once.add_many(items[1:]) == 5
+    for buffer in (one_by_one, at_once):
+        assert (buffer.next_index, len(buffer), buffer.total_added) == (2, 4, 6)
+        assert buffer.refused_non_finite == 1
+    for name, stored in one_by_one.storage.items():
+        assert torch.equal(at_once.storage[name], stored), name
+    np.testing.assert_array_equal(at_once.intervened_host, one_by_one.intervened_host)
+    assert at_once.add_many([]) == 0
+
+
 def test_a_share_of_each_batch_comes_from_intervened_transitions(tmp_path):
     buffer = ReplayBuffer(DIMS, CHUNK_LEN, capacity=40, sample_window=30)
     for value in range(50):  # every 10th intervened; 0 and 10 fall out of the window
