@@ -70,6 +70,9 @@ class LearningResults:
             (`train/env_steps_per_s`; evaluations excluded).
         loop_profile: Where the training loop's time went (`LoopProfile.summary()`; of the
             latest command when the run was resumed).
+        wall_time_parts_s: Where the wall time went, summed over resumed parts:
+            "workers_start" (the workers and the feature model up), "base_evaluation",
+            "evaluations" (the actor's), "checkpoints" and "training" (the rest).
         stop_reason: Why the run stopped ("" while it runs).
         args: The run's arguments.
     """
@@ -87,8 +90,19 @@ class LearningResults:
     wall_time_s: float = 0.0
     train_env_steps_per_s: list[float] = field(default_factory=list)
     loop_profile: dict[str, Any] = field(default_factory=dict)
+    wall_time_parts_s: dict[str, float] = field(default_factory=dict)
     stop_reason: str = ""
     args: dict[str, Any] = field(default_factory=dict)
+
+    def add_wall_time(self, part: str, seconds: float) -> None:
+        """Add `seconds` to one of `wall_time_parts_s` (not "training": the rest)."""
+        self.wall_time_parts_s[part] = self.wall_time_parts_s.get(part, 0.0) + seconds
+
+    def set_wall_time(self, wall_time_s: float) -> None:
+        """Set the run's wall time; "training" becomes what the other parts leave of it."""
+        self.wall_time_s = wall_time_s
+        others = sum(s for part, s in self.wall_time_parts_s.items() if part != "training")
+        self.wall_time_parts_s["training"] = max(wall_time_s - others, 0.0)
 
     def add_eval(self, point: EvalPoint) -> None:
         """Append an evaluation of the actor."""

@@ -428,7 +428,7 @@ class Stage2Run:
 
     def evaluate(self, actor_ready: bool) -> EvalResult:
         """One episode per held-out seed; the actor's mean chunk where it drives."""
-        args = self.args
+        args, started_s = self.args, time.monotonic()
         result = evaluate_on_seeds(
             self.envs,
             range(args.eval_seed, args.eval_seed + args.num_eval_episodes),
@@ -439,6 +439,8 @@ class Stage2Run:
         )
         self.results.eval_env_steps += result.env_steps
         self.state.eval_wall_time_s = result.wall_time_s
+        part = "evaluations" if actor_ready else "base_evaluation"
+        self.results.add_wall_time(part, time.monotonic() - started_s)
         return result
 
     def measure_base_policy(self) -> None:
@@ -477,9 +479,11 @@ class Stage2Run:
     def checkpoint(self) -> None:
         """Save the run with its results as one set, then the results' copy and the plot."""
         state, results, learner = self.state, self.results, self.learner
+        started_s = time.monotonic()
         state.wall_time_s = self.clock.run_wall_time_s
         state.last_save_env_steps = state.env_steps
-        results.env_steps, results.wall_time_s = state.env_steps, state.wall_time_s
+        results.env_steps = state.env_steps
+        results.set_wall_time(state.wall_time_s)
         results.transitions, results.updates = learner.replay.total_added, learner.update_step
         results.loop_profile = self.profile.summary()
         save_run(
@@ -491,6 +495,7 @@ class Stage2Run:
         )
         results.save(self.args.output_dir / RESULTS_FILE)
         results.plot(self.args.output_dir / "success_curve.png")
+        results.add_wall_time("checkpoints", time.monotonic() - started_s)
 
 
 def make_training_envs(args: TrainArgs, env_config: PegRLTConfig) -> FeaturizedVectorEnv:
@@ -527,6 +532,7 @@ def train(args: TrainArgs) -> LearningResults:
     try:
         dims = RLTDims.from_observation_space(envs.single_observation_space)
         learner, state, results = start_or_resume(args, config, dims)
+        results.add_wall_time("workers_start", time.monotonic() - started_s)
         with ScalarLog(args.output_dir / "tensorboard") as log:
             return Stage2Run(args, envs, learner, state, results, log, started_s).run()
     finally:
@@ -596,6 +602,8 @@ def main() -> None:
             f"({results.gain_points:+.1f} points) after {results.env_steps} env steps, "
             f"{results.wall_time_s / 60:.1f} min; {results.stop_reason}"
         )
+        parts = ", ".join(f"{part} {s:.0f}" for part, s in results.wall_time_parts_s.items())
+        print(f"wall time by part (s): {parts}")
 
 
 if __name__ == "__main__":

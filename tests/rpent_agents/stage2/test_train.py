@@ -117,6 +117,13 @@ def test_training_learns_lets_the_actor_drive_and_writes_results(first_run):
     assert {"act_s", "learner_s", "wait_s", "featurize_s", "store_s"} <= set(profile)
     assert "critical_phase_median_steps" in results
     assert "base_critical_phase_median_steps" in results
+    # where the command's time went: every part measured, adding up to the run's wall time
+    parts = results["wall_time_parts_s"]
+    assert set(parts) == {"workers_start", "base_evaluation", "evaluations", "checkpoints",
+                          "training"}  # fmt: skip
+    assert min(parts.values()) > 0
+    assert sum(parts.values()) == pytest.approx(results["wall_time_s"])
+    assert "wall time by part (s): workers_start" in result.stdout
 
 
 def test_the_sample_efficient_preset_rescues_missed_grasps_with_kept_scenes(
