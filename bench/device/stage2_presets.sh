@@ -46,7 +46,7 @@ run_spec() {  # index, spec: one rpent-stage2 run, its files under $out/INDEX_PR
   cp "$run_dir/results.json" "$run_dir/success_curve.png" "$run_dir/run/weights.pt" "$run_out/"
   python3 bench/device/trained_actor_weights.py "$run_dir/run" "$run_out/trained_weights.pt"
   cat "$run_dir"/tensorboard/events.* > "$run_out/stage2.tfevents"
-  tail -n 2 "$run_out/train.log"
+  tail -n 3 "$run_out/train.log"
 }
 index=0
 for spec in "$@"; do
