@@ -122,10 +122,29 @@ def test_gripper_closes_and_opens(sim_env):
     assert steps_until_gripper_width(sim_env, 1.0, lambda width_m: width_m > 0.075) > 1
 
 
+def quick_toggle_opens(env) -> bool | None:
+    """Close, then open at once: whether the hand ends open (None: franky-sim's planner
+    failed the arm's hold, the library ended the episode with a control error)."""
+    env.reset(seed=0)
+    actions = [unit(6, -1.0)] + [unit(6, 1.0)] * 300  # the grasp runs, the open waits for it
+    for step, action in enumerate(actions):
+        obs, _, _, truncated, info = env.step(action)
+        if truncated:
+            assert "Motion planner failed" in info["control_error"]
+            return None
+        if step > 0 and obs["state"][12] > 0.075:
+            return True
+    return False
+
+
 def test_a_quick_close_open_toggle_ends_open(sim_env):
-    sim_env.reset(seed=0)
-    sim_env.step(unit(6, -1.0))  # the grasp runs, the open waits for it
-    steps_until_gripper_width(sim_env, 1.0, lambda width_m: width_m > 0.075)
+    # franky-sim fails a plan now and then (Ruckig's -111, about once in a few hundred
+    # episodes here): the scenario then starts over, up to three times
+    for _ in range(3):
+        opened = quick_toggle_opens(sim_env)
+        if opened is not None:
+            break
+    assert opened
 
 
 class FailingPlanner:
