@@ -36,6 +36,11 @@ run_spec() {  # index, spec: one rpent-stage2 run, its files under $out/INDEX_PR
   run_dir="/tmp/rlt_runs/$(basename "$out")/${index}_${words[0]}"
   mkdir -p "$run_out"
   echo "checkpoint: $checkpoint; rpent-stage2 $2" > "$run_out/train.log"
+  if [ -e "$run_dir" ]; then  # an earlier job's run: never copy its files as this one's
+    echo "$run_dir exists (an earlier job): remove it or set OUT to another folder name" \
+      | tee -a "$run_out/train.log"
+    return 1
+  fi
   started=$(date +%s)
   python3 -m rpent_agents.stage2.train "${words[@]}" --output-dir "$run_dir" \
     --env.checkpoint "$checkpoint" --env.render-backend "$RENDER" \
