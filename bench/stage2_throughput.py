@@ -35,12 +35,8 @@ from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner
 from rpent_agents.stage2.results import LearningResults
-from rpent_agents.stage2.train import (
-    SAMPLE_EFFICIENT_STAGE2,
-    RunState,
-    Stage2Run,
-    TrainArgs,
-)
+from rpent_agents.stage2.run_folder import RunState
+from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2, Stage2Run, TrainArgs
 
 
 @dataclass

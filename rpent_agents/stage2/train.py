@@ -35,7 +35,6 @@ import numpy as np
 import tyro
 from tqdm import tqdm
 
-from rpent_agents.common.atomic_save import complete_interrupted_save
 from rpent_agents.common.cli import command
 from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
@@ -46,7 +45,7 @@ from rpent_agents.rollout.vector import (
     reset_envs,
 )
 from rpent_agents.rollout.worker import NO_RESET_SEED
-from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
+from rpent_agents.stage2.checkpoint import save_run
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.learner import Stage2Learner
@@ -54,11 +53,17 @@ from rpent_agents.stage2.loop_profile import LoopProfile, PartTimer
 from rpent_agents.stage2.networks import RLTDims
 from rpent_agents.stage2.results import EvalPoint, LearningResults
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
+from rpent_agents.stage2.run_folder import (
+    RESULTS_FILE,
+    RunState,
+    WallClock,
+    stage2_config_of_run,
+    start_or_resume,
+)
 from rpent_agents.stage2.scalar_log import ScalarLog
 from rpent_agents.stage2.transitions import build_transition, vector_step_items
 
 logger = logging.getLogger(__name__)
-RESULTS_FILE = "results.json"
 SAVE_RESERVE_S = 30.0
 """Time kept back at the end of a budgeted run for the last checkpoint and results."""
 
@@ -112,98 +117,6 @@ class TrainArgs:
     seed at once; 0: synchronous. A seed gives the same episode either way."""
     stage2: Stage2Config = field(default_factory=Stage2Config)
     """Stage 2 hyperparameters (DESIGN.md §4 defaults)."""
-
-
-@dataclass
-class RunState:
-    """Counters a checkpoint keeps next to the learner (its `extra`)."""
-
-    env_steps: int = 0
-    seeds_handed_out: int = 0
-    episodes_finished: int = 0
-    episodes_discarded: int = 0
-    """Training episodes lost with a Ray worker (never finished, no statistics)."""
-    wall_time_s: float = 0.0
-    last_eval_env_steps: int = -1
-    last_save_env_steps: int = 0
-    eval_wall_time_s: float = 60.0
-
-    def next_seeds(self, count: int, first_seed: int) -> list[int]:
-        """`count` training seeds never handed out before (first_seed, first_seed + 1, ...)."""
-        first = first_seed + self.seeds_handed_out
-        self.seeds_handed_out += count
-        return list(range(first, first + count))
-
-
-class WallClock:
-    """This command's time against --max-minutes, and the run's wall time over resumes."""
-
-    def __init__(self, max_minutes: float, earlier_wall_time_s: float, started_s: float) -> None:
-        """Count from `started_s` (monotonic), after `earlier_wall_time_s` of earlier parts."""
-        self.started_s = started_s
-        self.max_s = max_minutes * 60.0
-        self.earlier_wall_time_s = earlier_wall_time_s
-
-    @property
-    def elapsed_s(self) -> float:
-        """Seconds since this command started."""
-        return time.monotonic() - self.started_s
-
-    @property
-    def run_wall_time_s(self) -> float:
-        """Seconds of the whole run, resumed parts included."""
-        return self.earlier_wall_time_s + self.elapsed_s
-
-    def has_time_for(self, seconds: float) -> bool:
-        """Whether `seconds` more fit in this command's budget."""
-        return self.max_s <= 0 or self.elapsed_s + seconds <= self.max_s
-
-
-def stage2_config_of_run(args: TrainArgs) -> Stage2Config:
-    """Check args.output_dir; the saved Stage 2 config when resuming, else the command line's.
-
-    Raises:
-        FileExistsError: A fresh run into a folder that holds one (nothing is overwritten).
-        FileNotFoundError: --resume without a run in the folder.
-    """
-    run_dir = args.output_dir / "run"
-    if not args.resume:
-        if run_dir.exists() or (args.output_dir / RESULTS_FILE).exists():
-            raise FileExistsError(
-                f"{args.output_dir} holds a run; pass --resume to continue it or choose another "
-                "--output-dir"
-            )
-        return args.stage2
-    complete_interrupted_save(run_dir)
-    for path in (run_dir / CONFIG_FILE, saved_results_path(args.output_dir)):
-        if not path.is_file():
-            raise FileNotFoundError(f"--resume: {path} is missing; no run to continue there")
-    logger.info("resuming %s with its saved Stage 2 config (--stage2.* ignored)", args.output_dir)
-    return Stage2Config.from_json(run_dir / CONFIG_FILE)
-
-
-def saved_results_path(output_dir: Path) -> Path:
-    """The results saved with the learner in run/ (next to run/ for runs saved before they were)."""
-    with_learner = output_dir / "run" / RESULTS_FILE
-    return with_learner if with_learner.is_file() else output_dir / RESULTS_FILE
-
-
-def start_or_resume(
-    args: TrainArgs, config: Stage2Config, dims: RLTDims
-) -> tuple[Stage2Learner, RunState, LearningResults]:
-    """A fresh learner and results, or the ones saved in args.output_dir."""
-    eval_seeds = list(range(args.eval_seed, args.eval_seed + args.num_eval_episodes))
-    if not args.resume:
-        results = LearningResults(eval_seeds=eval_seeds, args=dataclasses.asdict(args))
-        return Stage2Learner(config, dims), RunState(), results
-    learner, extra = resume_run(args.output_dir / "run")
-    results = LearningResults.load(saved_results_path(args.output_dir))
-    if results.eval_seeds != eval_seeds:
-        raise ValueError(
-            f"--eval-seed/--num-eval-episodes give seeds {eval_seeds[0]}..{eval_seeds[-1]}; the "
-            f"run was evaluated on {results.eval_seeds[0]}..{results.eval_seeds[-1]}: pass those"
-        )
-    return learner, RunState(**extra), results
 
 
 def _final_observations(

@@ -28,7 +28,8 @@ from rpent_agents.rollout.vector import FeaturizedVectorEnv  # noqa: E402
 from rpent_agents.rollout.worker import NO_RESET_SEED, RLTWorkerFactory  # noqa: E402
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner  # noqa: E402
 from rpent_agents.stage2.results import LearningResults  # noqa: E402
-from rpent_agents.stage2.train import RunState, Stage2Run, TrainArgs  # noqa: E402
+from rpent_agents.stage2.run_folder import RunState  # noqa: E402
+from rpent_agents.stage2.train import Stage2Run, TrainArgs  # noqa: E402
 
 # Every chunk is the agent's and is stored; episodes end after 2 chunks.
 CONFIG = PegRLTConfig(
