@@ -1,14 +1,18 @@
-"""The peg task's success and grasp checks for one CPU-simulated scene, without torch.
+"""The peg task's success and grasp checks, and its poses, for one CPU scene without torch.
 
 ManiSkill computes them with batched torch pose algebra, built for thousands of GPU-simulated
-scenes; on one CPU scene its small-tensor calls take ~2.5 ms of a ~4.5 ms env step (the
-physics itself takes a fraction of a millisecond). These functions give the same answers from
-SAPIEN's own poses and contact list: the task's `evaluate()` uses them whenever the simulation
-runs on the CPU.
+scenes; on one CPU scene its small-tensor calls took ~2.2 ms of a ~4.6 ms env step (the PhysX
+substeps ~0.8 ms). These functions give the same answers from SAPIEN's own poses and contact
+list: the task's `evaluate()` and `privileged_state()` use them whenever it simulates on the
+CPU (`PegInsertionSideWideClearanceEnv.fast_cpu_checks`).
 
-Example (a scene of `PegInsertionSideWideClearanceEnv` simulated on the CPU):
-    >>> at_hole = peg_head_at_hole(env.peg, env.box, head_offset, hole_offset)
-    >>> grasped = panda_grasps(env.scene.px, env.agent, env.peg, max_angle_deg=20)
+Example (`task`, a `PegInsertionSideWideClearanceEnv` simulated on the CPU):
+    >>> at_hole = peg_head_at_hole(task.peg, task.box, task.cpu_head_offset,
+    ...                            task.cpu_hole_offset)
+    >>> peg_inserted(at_hole, task.box_hole_radii[0].numpy())
+    False
+    >>> panda_grasps(task.scene.px, task.agent, task.peg, max_angle_deg=20)
+    False
 """
 
 from __future__ import annotations
