@@ -9,9 +9,10 @@
 #   3. eval_speed.json: bench/eval_speed.py, one evaluation of the 100 held-out seeds with the
 #      16 workers in lockstep against workers stepped as they answer (same per-seed outcomes).
 #   4. env_step_speed.json: bench/env_step_speed.py, one peg env's steps/s with RPent's CPU
-#      checks against ManiSkill's own code (state and rgb modes; their ratio).
-#   stage2_flags: "--env.no-feature-cuda-graphs" when the CUDA tests failed, else empty: what a
-#      Stage 2 run started after this job adds to its flags.
+#      checks against ManiSkill's own code (state, expert-driven and rgb modes; their ratios).
+#   stage2_flags: what a Stage 2 run started after this job adds to its flags:
+#      "--env.no-feature-cuda-graphs" when the featurizer's CUDA tests failed,
+#      "--stage2.no-cuda-graphs" when the learner's did (eager updates), else empty.
 # ~4-5 min. Carry .carry (first call of a lease). Then a Stage 2 run: stage2_presets.sh.
 #   bash bench/device/stage2_fast_path.sh
 set -uo pipefail
@@ -19,12 +20,16 @@ cd "$(dirname "$0")/../.."
 out="${OUT:-/tmp/out}"
 mkdir -p "$out"
 source bench/device/gpu_env.sh
-if python3 -m pytest -q -rs -p no:cacheprovider tests/rpent_agents/features/test_graphed_cuda.py \
-  tests/rpent_agents/stage2/test_stage2_cuda_graphs.py > "$out/cuda_tests.log" 2>&1; then
-  : > "$out/stage2_flags"
-else
-  echo "--env.no-feature-cuda-graphs" > "$out/stage2_flags"
-fi
+: > "$out/stage2_flags"
+: > "$out/cuda_tests.log"
+cuda_check() {  # test file, the flag that turns its graphs off when it fails
+  if ! python3 -m pytest -q -rs -p no:cacheprovider "$1" >> "$out/cuda_tests.log" 2>&1; then
+    echo "$1 failed: the runs after this job get $2"
+    printf '%s ' "$2" >> "$out/stage2_flags"
+  fi
+}
+cuda_check tests/rpent_agents/features/test_graphed_cuda.py --env.no-feature-cuda-graphs
+cuda_check tests/rpent_agents/stage2/test_stage2_cuda_graphs.py --stage2.no-cuda-graphs
 tail -n 3 "$out/cuda_tests.log"
 python3 bench/featurize.py --device "$DEVICE" --models builtin-graphed --batch-sizes 1 8 16 \
   --jsonl "$out/featurize_graphed.jsonl" --label h200 > "$out/featurize.log" 2>&1
