@@ -166,6 +166,11 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
             return dict(agent=self._get_obs_agent(), extra=self._get_obs_extra(info))
         return super()._get_obs_with_sensor_data(info, apply_texture_transforms)
 
+    @property
+    def _one_cpu_scene_checks(self) -> bool:
+        """Whether `evaluate` and `privileged_state` use `cpu_checks` (CPU physics, allowed)."""
+        return self.fast_cpu_checks and not self.gpu_sim_enabled
+
     def _get_obs_extra(self, info: dict) -> dict:
         return {} if self.agent_obs_only else super()._get_obs_extra(info)
 
@@ -175,7 +180,7 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
         On the CPU (one scene) the checks run on SAPIEN's poses and contacts (`cpu_checks`,
         the same answers as ManiSkill's batched torch code in a fraction of its time).
         """
-        if self.gpu_sim_enabled or not self.fast_cpu_checks:
+        if not self._one_cpu_scene_checks:
             info = super().evaluate()
             info["is_grasped"] = self.agent.is_grasping(self.peg, max_angle=GRASP_MAX_ANGLE_DEG)
         else:
@@ -205,7 +210,7 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
         `hole_pose`, `goal_peg_pose`; `peg_half_size` (3,), `hole_radius` (1,), `qpos` (9,),
         `is_grasped` (bool, shape ()). On the CPU from SAPIEN's poses (`cpu_checks`).
         """
-        if self.gpu_sim_enabled or not self.fast_cpu_checks:
+        if not self._one_cpu_scene_checks:
             poses = {
                 "tcp_pose": self.agent.tcp.pose, "peg_pose": self.peg.pose,
                 "hole_pose": self.box_hole_pose, "goal_peg_pose": self.goal_pose,
