@@ -146,6 +146,8 @@ def test_the_sample_efficient_preset_rescues_missed_grasps_with_kept_scenes(
     assert env["trigger_mode"] == "auto" and env["missed_grasp_chunks"] == 1
     assert env["expert_takeover"] is True and env["reconfiguration_freq"] == 2
     assert stage2["eval_q_filter"] is True and stage2["intervention_batch_share"] == 0.5
+    # asynchronous stepping: with 2 workers, each step waits for both (the fewer busy ones)
+    assert results["args"]["ready_envs"] == 8
     assert [point["env_steps"] for point in results["evals"]] == [100]
     # no grasp in the first chunk of a random policy: the rescue hands the actor chunks
     assert results["transitions"] > 0
@@ -183,7 +185,9 @@ def test_training_on_ray_workers_matches_the_vector_run(first_run, no_lerobot_si
     pytest.importorskip("ray")
     vector_dir, _ = first_run
     output_dir = tmp_path / "ray_run"
+    # Ray's workers step together: --ready-envs changes nothing there
     ray_flags = ["--rollout", "ray", "--num-workers", "1", "--envs-per-worker", "2"]
+    ray_flags += ["--ready-envs", "1"]
     run_training(output_dir, no_lerobot_site, "--total-env-steps", "200", *ray_flags)
     results = json.loads((output_dir / "results.json").read_text())
     vector = json.loads((vector_dir / "results.json").read_text())
@@ -214,5 +218,5 @@ def test_asynchronous_stepping_trains_and_evaluates(no_lerobot_site, tmp_path):
     # loop never takes fewer steps than lockstep over both workers would (120 / (2 * 10)).
     assert results["updates"] > 0
     assert results["loop_profile"]["vector_steps"] >= results["env_steps"] / 20
-    refused = run_training(tmp_path / "ray", no_lerobot_site, "--ready-envs", "3", check=False)
-    assert refused.returncode != 0 and "--ready-envs 3" in refused.stderr
+    refused = run_training(tmp_path / "refused", no_lerobot_site, "--ready-envs", "-1", check=False)
+    assert refused.returncode != 0 and "--ready-envs -1: use 0 (synchronous)" in refused.stderr
