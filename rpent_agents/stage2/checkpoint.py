@@ -9,7 +9,7 @@ replaces all of them as one set (`rpent_agents.common.atomic_save`: staging fold
 rename): a process killed at any moment leaves the previous save or the new one, never a mix
 and never no folder, and `resume_run` (like every later save) first finishes a save that was
 committed before the kill. Networks holding NaN or inf are refused at save and at load
-(ValueError naming the tensor, e.g. `critic.heads.0.0.weight`), so no such run is ever
+(ValueError naming the tensor, e.g. `critic.weights.0`), so no such run is ever
 written or continued.
 
 The package embeds one actor to act with when none is given, `DEFAULT_ACTOR_DIR`
@@ -327,12 +327,7 @@ def load_actor(
     actor.load_state_dict(state)
     q_filter = None
     if weights.get("eval_q_filter", False):  # files saved before the filter: False
-        critic_state = weights["critic"]
-        heads = len({key.split(".")[1] for key in critic_state})
-        hidden = critic_state["heads.0.0.weight"].shape[0]
-        hidden_layers = _linear_layers(critic_state, "heads.0.") - 1  # the output layer
-        q_filter = TwinQCritic(dims, chunk_len, hidden, hidden_layers, heads)
-        q_filter.load_state_dict(critic_state)
+        q_filter = TwinQCritic.from_state_dict(dims, chunk_len, weights["critic"])
         q_filter = q_filter.to(device).eval().requires_grad_(False)
     actor = actor.to(device).eval().requires_grad_(False)
     return TrainedActor(actor, q_filter, dict(weights.get("gate", {})))

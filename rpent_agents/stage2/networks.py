@@ -8,6 +8,7 @@ critic never sees the reference.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,10 +167,19 @@ def _q_head(input_dim: int, hidden_dim: int, num_layers: int) -> nn.Sequential:
     return nn.Sequential(*layers, output)
 
 
+def _stacked(tensors: list[torch.Tensor]) -> nn.Parameter:
+    return nn.Parameter(torch.stack([tensor.detach() for tensor in tensors]))
+
+
 class TwinQCritic(nn.Module):
     """Q heads on [z_rl, proprio, action chunk flattened]; no reference input.
 
     Each head is `num_layers` x (Linear(hidden_dim) + LayerNorm + Tanh) and a scalar output.
+    The heads are computed together: layer l of every head is one stacked weight
+    `weights.l` (Q, out, in) with its bias `biases.l` (Q, out) and LayerNorm affine
+    `norm_weights.l`, `norm_biases.l` (Q, hidden), so a forward pass costs a few batched
+    kernels per layer whatever the number of heads. Saved critics of the per-head layout
+    (`heads.q.k.*`, RPent before 2026-12-02) load into it unchanged.
 
     Example:
         >>> critic = TwinQCritic(RLTDims(16, 9, 10, 8), chunk_len=10)
@@ -188,11 +198,75 @@ class TwinQCritic(nn.Module):
     ) -> None:
         super().__init__()
         input_dim = dims.z_dim + dims.proprio_dim + chunk_len * dims.action_dim
-        self.heads = nn.ModuleList(
-            _q_head(input_dim, hidden_dim, num_layers) for _ in range(num_heads)
-        )
+        # Initialised head by head, as independent heads are.
+        heads = [_q_head(input_dim, hidden_dim, num_layers) for _ in range(num_heads)]
+        linear = [[head[3 * layer] for head in heads] for layer in range(num_layers + 1)]
+        norms = [[head[3 * layer + 1] for head in heads] for layer in range(num_layers)]
+        self.weights = nn.ParameterList(_stacked([m.weight for m in ms]) for ms in linear)
+        self.biases = nn.ParameterList(_stacked([m.bias for m in ms]) for ms in linear)
+        self.norm_weights = nn.ParameterList(_stacked([m.weight for m in ms]) for ms in norms)
+        self.norm_biases = nn.ParameterList(_stacked([m.bias for m in ms]) for ms in norms)
+        self.num_heads, self.num_layers = num_heads, num_layers
+        self._register_load_state_dict_pre_hook(_stack_per_head_state)
+
+    @classmethod
+    def from_state_dict(
+        cls, dims: RLTDims, chunk_len: int, state: Mapping[str, torch.Tensor]
+    ) -> TwinQCritic:
+        """A critic of the sizes of a saved state (either layout), holding its weights."""
+        stacked = dict(state)
+        _stack_per_head_state(stacked, "")
+        heads, hidden, _ = stacked["weights.0"].shape
+        layers = sum(1 for key in stacked if key.startswith("norm_weights."))
+        critic = cls(dims, chunk_len, hidden, layers, heads)
+        critic.load_state_dict(stacked)
+        return critic
 
     def forward(self, obs: RLTObs, action_chunk: torch.Tensor) -> torch.Tensor:
         """Q values (B, num_heads) of action chunks (B, H, A) in observations `obs`."""
         critic_input = torch.cat([obs.z_rl, obs.proprio, action_chunk.flatten(1)], dim=-1)
-        return torch.cat([head(critic_input) for head in self.heads], dim=-1)
+        heads, hidden = self.num_heads, self.weights[0].shape[1]
+        # The first layer of every head in one matrix product: (B, Q * hidden) -> (Q, B, hidden).
+        x = nn.functional.linear(
+            critic_input, self.weights[0].flatten(0, 1), self.biases[0].flatten()
+        )
+        x = x.view(-1, heads, hidden).transpose(0, 1)
+        for layer in range(self.num_layers):
+            if layer > 0:
+                x = torch.baddbmm(
+                    self.biases[layer].unsqueeze(1), x, self.weights[layer].transpose(1, 2)
+                )
+            x = nn.functional.layer_norm(x, (hidden,))
+            x = torch.addcmul(
+                self.norm_biases[layer].unsqueeze(1), x, self.norm_weights[layer].unsqueeze(1)
+            )
+            x = torch.tanh(x)
+        q_values = torch.baddbmm(
+            self.biases[-1].unsqueeze(1), x, self.weights[-1].transpose(1, 2)
+        )  # (Q, B, 1)
+        return q_values.squeeze(-1).transpose(0, 1)
+
+
+def _stack_per_head_state(state_dict: dict[str, torch.Tensor], prefix: str, *args: Any) -> None:
+    """Turn a per-head critic state (`heads.q.k.weight`, ...) into the stacked layout, in place.
+
+    Layer k of head q was `heads.q.(3k)` (Linear) and `heads.q.(3k+1)` (LayerNorm); the output
+    Linear came last. A state of the stacked layout passes untouched.
+    """
+    old = {key[len(prefix) :]: key for key in state_dict if key.startswith(prefix + "heads.")}
+    if not old:
+        return
+    heads = 1 + max(int(key.split(".")[1]) for key in old)
+    modules = 1 + max(int(key.split(".")[2]) for key in old)  # 3 per hidden layer + the output
+
+    def stack(module: int, name: str) -> torch.Tensor:
+        return torch.stack(
+            [state_dict.pop(old[f"heads.{q}.{module}.{name}"]) for q in range(heads)]
+        )
+
+    for layer, module in enumerate(range(0, modules, 3)):
+        state_dict[f"{prefix}weights.{layer}"] = stack(module, "weight")
+        state_dict[f"{prefix}biases.{layer}"] = stack(module, "bias")
+        if module + 1 < modules:
+            state_dict[f"{prefix}norm_weights.{layer}"] = stack(module + 1, "weight")
+            state_dict[f"{prefix}norm_biases.{layer}"] = stack(module + 1, "bias")

@@ -127,7 +127,7 @@ def test_a_non_finite_weight_is_refused_at_save(tmp_path):
     name = next(iter(learner.critic.state_dict()))
     with torch.no_grad():
         learner.critic.state_dict()[name].view(-1)[1] = float("nan")
-    tensor = rf"tensor 'critic\.{name}' holds nan at \[0, 1\]"
+    tensor = rf"tensor 'critic\.{name}' holds nan at \[0, 0, 1\]"  # (heads, out, in)
     with pytest.raises(ValueError, match=rf"saving the Stage 2 run to .*{tensor}"):
         save_run(learner, tmp_path / "run")
     with pytest.raises(ValueError, match=rf"saving Stage 2 weights to .*{tensor}"):

@@ -247,9 +247,8 @@ def test_the_td_target_takes_the_minimum_of_a_random_draw_of_heads(
 ):
     # target head j answers j everywhere: the minimum over the drawn heads names the draw
     learner = _learner(num_q_heads=4, target_q_heads=target_q_heads, tau=0.0)
-    for value, head in enumerate(learner.target_critic.heads):
-        head[-1].weight.data.zero_()
-        head[-1].bias.data.fill_(float(value))
+    learner.target_critic.weights[-1].data.zero_()  # the output layer of every head
+    learner.target_critic.biases[-1].data[:, 0] = torch.arange(4.0)
     minima = []
     td_target = losses.td_target
 

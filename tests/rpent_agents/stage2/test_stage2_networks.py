@@ -61,15 +61,63 @@ def test_actor_reference_dropout_one_equals_a_zero_reference():
 
 def test_critic_has_two_layernorm_tanh_heads_and_ignores_the_reference():
     critic, obs = TwinQCritic(DIMS, chunk_len=H), _obs()
-    assert len(critic.heads) == 2
-    for head in critic.heads:
-        kinds = [type(m) for m in head]
-        assert kinds == [nn.Linear, nn.LayerNorm, nn.Tanh] * 3 + [nn.Linear]
-        assert head[0].in_features == 16 + 9 + H * 8
-        assert [m.out_features for m in head if isinstance(m, nn.Linear)] == [256, 256, 256, 1]
+    # two heads of 3 x (Linear + LayerNorm + Tanh) and a scalar output, stacked layer by layer
+    assert [tuple(weight.shape) for weight in critic.weights] == [
+        (2, 256, 16 + 9 + H * 8), (2, 256, 256), (2, 256, 256), (2, 1, 256)
+    ]  # fmt: skip
+    assert [tuple(norm.shape) for norm in critic.norm_weights] == [(2, 256)] * 3
     action = torch.rand(5, H, 8)
     q_values = critic(obs, action)
+    torch.testing.assert_close(q_values, _per_head_q_values(critic, obs, action))
     assert q_values.shape == (5, 2)
     other_ref = RLTObs(obs.z_rl, obs.proprio, torch.randn_like(obs.ref_chunk))
     assert torch.equal(critic(other_ref, action), q_values)
     assert not torch.equal(q_values[:, 0], q_values[:, 1])
+
+
+def _per_head_q_values(critic, obs, action):
+    """Each head's Q computed alone, as nn.Linear / LayerNorm / Tanh modules do."""
+    critic_input = torch.cat([obs.z_rl, obs.proprio, action.flatten(1)], dim=-1)
+    q_values = []
+    for head in range(critic.num_heads):
+        x = critic_input
+        for layer in range(critic.num_layers):
+            x = nn.functional.linear(x, critic.weights[layer][head], critic.biases[layer][head])
+            norm_affine = (critic.norm_weights[layer][head], critic.norm_biases[layer][head])
+            x = torch.tanh(nn.functional.layer_norm(x, x.shape[-1:], *norm_affine))
+        q_values.append(nn.functional.linear(x, critic.weights[-1][head], critic.biases[-1][head]))
+    return torch.cat(q_values, dim=-1)
+
+
+def _per_head_critic_state(num_heads, hidden, layers, seed):
+    """A saved critic of the per-head layout (RPent before 2026-12-02): heads.q.k.*."""
+    torch.manual_seed(seed)
+    input_dim = 16 + 9 + H * 8
+    state = {}
+    for head in range(num_heads):
+        modules = []
+        for layer in range(layers):
+            in_dim = input_dim if layer == 0 else hidden
+            modules += [nn.Linear(in_dim, hidden), nn.LayerNorm(hidden), nn.Tanh()]
+        for module in modules:
+            if isinstance(module, nn.LayerNorm):  # not the identity, so a mix-up shows
+                nn.init.normal_(module.weight)
+                nn.init.normal_(module.bias)
+        sequential = nn.Sequential(*modules, nn.Linear(hidden, 1))
+        state |= {f"heads.{head}.{key}": value for key, value in sequential.state_dict().items()}
+    return state, sequential
+
+
+def test_a_critic_saved_head_by_head_loads_with_its_sizes_and_values():
+    state, last_head = _per_head_critic_state(num_heads=3, hidden=32, layers=2, seed=0)
+    critic = TwinQCritic.from_state_dict(DIMS, H, state)
+    assert (critic.num_heads, critic.num_layers, critic.weights[0].shape[1]) == (3, 2, 32)
+    obs, action = _obs(), torch.rand(5, H, 8)
+    critic_input = torch.cat([obs.z_rl, obs.proprio, action.flatten(1)], dim=-1)
+    q_values = critic(obs, action)
+    torch.testing.assert_close(q_values[:, 2:], last_head(critic_input))
+    same_sizes = TwinQCritic(DIMS, H, hidden_dim=32, num_layers=2, num_heads=3)
+    same_sizes.load_state_dict(state)  # a learner's critic reads the old layout too
+    torch.testing.assert_close(same_sizes(obs, action), q_values)
+    stacked = TwinQCritic.from_state_dict(DIMS, H, critic.state_dict())  # and its own
+    torch.testing.assert_close(stacked(obs, action), q_values)
