@@ -76,6 +76,10 @@ class PegRLTConfig:
     works); None: the critical phase near the hole alone (the RLT recipe)."""
     expert_takeover: bool = False
     """Let the scripted expert take over stalled critical phases (training only)."""
+    end_on_lost_grasp: bool = False
+    """Training only (Stage 2 workers): end the episode as failed when a chunk the agent drove
+    loses the peg (held before it, not after it; the task not solved), instead of letting the
+    episode, and an expert takeover, grasp it again; evaluations never end episodes so."""
     takeover_window: Literal["critical-phase", "reference"] = "critical-phase"
     """Which stalls the expert takes over: any in the critical phase, or only those inside
     the reference's window (x >= -0.10 m, |y|, |z| <= 2 hole radii, grasped), which misses

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_envs.maniskill.critical_phase import GraspStreak
 from wrappers.policy_switch import PolicySwitch
 from wrappers.takeover import ExpertTakeover
 from wrappers.triggers import AutoGate
@@ -83,6 +84,11 @@ class RLTWorker(gym.Wrapper):
     reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below;
     `rebuild_scenes` makes the worker's own resets rebuild the scene from their seed
     (evaluation turns it on, so a held-out seed alone defines its episode).
+    `end_lost_grasps` (training only, from the next reset) ends the episode as failed
+    (terminated, no reward) when a chunk the actor drove loses the peg: held at the end of
+    the chunk before (for the gate's `min_grasp_steps`), not at its end, the task not solved.
+    The critic then values a dropped peg as the evaluation finds it, with no expert to grasp
+    it again; `info["lost_grasp_ended"]` marks those chunks.
 
     Two more info keys measure the run: `critical_phase` (the chunk was decided inside the
     critical phase as the reference `AutoGate` defines it, whatever gate the switch uses, so
@@ -121,6 +127,10 @@ class RLTWorker(gym.Wrapper):
         self.takeover = takeover
         self.expert_takeover_enabled = takeover is not None
         self.rebuild_scenes = False
+        self.end_lost_grasps = False
+        self._ending_lost_grasps = False
+        self.grasp_streak = GraspStreak()
+        self.held = False
         self.chunk_len, self.action_dim = self.switch.horizon, self.switch.action_dim
         step_space = self.switch.env.action_space
         ref_shape = (ref_chunk_len, self.action_dim)
@@ -151,10 +161,13 @@ class RLTWorker(gym.Wrapper):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Start an episode (applying `expert_takeover_enabled`); infos padded."""
+        """Start an episode (applying `expert_takeover_enabled` and `end_lost_grasps`)."""
         self.switch.expert_takeover = self.takeover if self._takeover_wanted else None
+        self._ending_lost_grasps = self.end_lost_grasps
         self.reference.chunk = None
         self.phase_gate.reset()
+        self.grasp_streak.reset()
+        self.held = False
         obs, info = self.env.reset(seed=seed, options=options or None)
         return obs, self._fixed_shape(info, critical_phase=False)
 
@@ -167,7 +180,10 @@ class RLTWorker(gym.Wrapper):
         critical_phase = self.phase_gate.active
         obs, reward, terminated, truncated, info = self.env.step(action["actor"])
         self.phase_gate.update(info["step_infos"])
+        lost_grasp_ended = self._actor_lost_the_peg(info) and not (terminated or truncated)
+        terminated = terminated or lost_grasp_ended
         info = self._fixed_shape(info, critical_phase)
+        info["lost_grasp_ended"] = lost_grasp_ended
         info["worker_chunk_s"], info["worker_reset_s"] = time.perf_counter() - started_s, 0.0
         reset_seed = int(action.get("reset_seed", NO_RESET_SEED))
         if (terminated or truncated) and reset_seed != NO_RESET_SEED:
@@ -178,6 +194,15 @@ class RLTWorker(gym.Wrapper):
             info["worker_reset_s"] = time.perf_counter() - reset_started_s
             info[INSTRUCTION_KEY] = reset_info.get(INSTRUCTION_KEY, info.get(INSTRUCTION_KEY))
         return obs, reward, terminated, truncated, info
+
+    def _actor_lost_the_peg(self, info: dict[str, Any]) -> bool:
+        """Whether this chunk ends its episode under `end_lost_grasps` (tracks the grasp)."""
+        step_infos = info["step_infos"]
+        held = self.grasp_streak.observe(step_infos, "RLTWorker") >= self.phase_gate.min_grasp_steps
+        lost, self.held = self.held and not held, held
+        if not (self._ending_lost_grasps and lost and info["action_source"] == "actor"):
+            return False
+        return not bool(step_infos[-1]["success"])
 
     def _fixed_shape(self, info: dict[str, Any], critical_phase: bool) -> dict[str, Any]:
         info = {key: value for key, value in info.items() if key not in _DROPPED_INFO_KEYS}

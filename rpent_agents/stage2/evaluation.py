@@ -136,6 +136,7 @@ def evaluate_on_seeds(
         raise ValueError(f"ready_envs must be >= 0 (0: synchronous), got {ready_envs}")
     envs.set_attr("actor_ready", actor_ready)
     envs.set_attr("expert_takeover_enabled", False)
+    envs.set_attr("end_lost_grasps", False)
     envs.set_attr("rebuild_scenes", True)
     with tqdm(total=len(pending), desc=progress_label, leave=False) as progress:
         episodes = SeedEpisodes(envs.num_envs, observer, progress)

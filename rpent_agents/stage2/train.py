@@ -308,6 +308,7 @@ class Stage2Run:
         """Reset every worker with fresh training seeds and the training drivers."""
         self.envs.set_attr("actor_ready", self.learner.ready_for_online)
         self.envs.set_attr("expert_takeover_enabled", self.args.env.expert_takeover)
+        self.envs.set_attr("end_lost_grasps", self.args.env.end_on_lost_grasp)
         self.envs.set_attr("rebuild_scenes", False)  # training resets keep their scenes
         seeds = self.state.next_seeds(self.num_envs, self.args.train_seed)
         self.steps_at_log, self.time_at_log = self.state.env_steps, time.monotonic()

@@ -107,6 +107,36 @@ def test_worker_switches_the_expert_per_episode(state_worker):
         bare.expert_takeover_enabled = True
 
 
+def test_a_peg_the_actor_drops_ends_the_training_episode_when_asked():
+    env = gym.make(rpent_envs.PEG_INSERTION_ID, obs_mode="state")
+    reference = SuppliedReference(horizon=10)
+    switch = PolicySwitch(env, AutoGate(trigger_mode="always_on"), reference=reference)
+    worker = RLTWorker(switch, reference, 10)
+    expert = PegInsertionExpert(env)
+    hold, drop = np.zeros((10, 8), np.float32), np.zeros((10, 8), np.float32)
+    hold[:, -1], drop[:, -1] = -1.0, 1.0  # the gripper closed, then opened
+    ended = {}
+    try:
+        for end_lost_grasps in (False, True):
+            worker.end_lost_grasps = end_lost_grasps
+            worker.reset(seed=0)
+            grasped_steps = 0
+            while grasped_steps < 10:  # the expert grasps the peg (steps below the worker)
+                _, _, _, _, info = env.step(expert.act())
+                grasped_steps = grasped_steps + 1 if info["is_grasped"] else 0
+            chunks = []
+            for chunk in (hold, drop):
+                action = {"actor": chunk.ravel(), "ref_chunk": np.zeros((10, 8), np.float32)}
+                _, _, terminated, _, info = worker.step(action)
+                chunks.append((info["action_source"], terminated, info["lost_grasp_ended"]))
+            ended[end_lost_grasps] = chunks
+    finally:
+        worker.close()
+    # held through the first chunk; lost in the second: the episode ends only when asked
+    assert ended[True] == [("actor", False, False), ("actor", True, True)]
+    assert ended[False] == [("actor", False, False), ("actor", False, False)]
+
+
 def test_worker_refuses_a_step_without_a_supplied_reference(state_worker):
     worker, _ = state_worker
     worker.reset(seed=2)

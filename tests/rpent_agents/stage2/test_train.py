@@ -135,7 +135,7 @@ def test_the_sample_efficient_preset_rescues_missed_grasps_with_kept_scenes(
     command = [
         sys.executable, "-m", "rpent_agents.stage2.train", "sample-efficient", *tiny_run,
         "--env.missed-grasp-chunks", "1", "--env.reconfiguration-freq", "2",
-        "--output-dir", str(output_dir), "--total-env-steps", "100",
+        "--env.end-on-lost-grasp", "--output-dir", str(output_dir), "--total-env-steps", "100",
     ]  # fmt: skip
     result = subprocess.run(
         command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path}
@@ -145,6 +145,7 @@ def test_the_sample_efficient_preset_rescues_missed_grasps_with_kept_scenes(
     env, stage2 = results["args"]["env"], results["args"]["stage2"]
     assert env["trigger_mode"] == "auto" and env["missed_grasp_chunks"] == 1
     assert env["expert_takeover"] is True and env["reconfiguration_freq"] == 2
+    assert env["end_on_lost_grasp"] is True
     assert stage2["eval_q_filter"] is True and stage2["intervention_batch_share"] == 0.5
     # asynchronous stepping: with 2 workers, each step waits for both (the fewer busy ones)
     assert results["args"]["ready_envs"] == 8
