@@ -5,7 +5,8 @@
 #   JOB=/tmp/job DONE_FILE=/tmp/job/learn/done bash bench/device/poll_job.sh 560
 # JOB (default /tmp/job): the folder to pack, into $OUT/$(basename $JOB).tgz; DONE_FILE
 # (default $JOB/done): the file the job writes last. Files larger than MAX_FILE_MB (default 12)
-# are left out of the pack (a call brings back at most 16 MiB per file) and listed.
+# are left out of the pack (a call brings back at most 16 MiB per file) and listed; a pack
+# larger than that comes back in parts of MAX_FILE_MB: `cat job.tgz.part_* | tar -xz` here.
 set -uo pipefail
 job="${JOB:-/tmp/job}"
 done_file="${DONE_FILE:-$job/done}"
@@ -17,6 +18,10 @@ while [ ! -e "$done_file" ] && [ "$SECONDS" -lt "$deadline" ]; do
 done
 too_large=$(find "$job" -type f -size +"${MAX_FILE_MB:-12}"M 2>/dev/null)
 [ -z "$too_large" ] || echo "left out (over ${MAX_FILE_MB:-12} MB): $too_large"
+pack="$out/$(basename "$job").tgz"
 find "$job" -type f ! -size +"${MAX_FILE_MB:-12}"M -printf '%P\n' 2>/dev/null \
-  | tar -czf "$out/$(basename "$job").tgz" -C "$job" -T - 2>/dev/null
+  | tar -czf "$pack" -C "$job" -T - 2>/dev/null
+if [ "$(stat -c %s "$pack")" -gt $((${MAX_FILE_MB:-12} * 1024 * 1024)) ]; then
+  split -b "${MAX_FILE_MB:-12}m" "$pack" "$pack.part_" && rm "$pack"
+fi
 [ -e "$done_file" ] && echo DONE || echo "running ($(date +%T))"
