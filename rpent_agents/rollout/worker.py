@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
-from rpent_envs.maniskill.critical_phase import GraspStreak
 from wrappers.policy_switch import PolicySwitch
 from wrappers.takeover import ExpertTakeover
 from wrappers.triggers import AutoGate
@@ -129,7 +128,6 @@ class RLTWorker(gym.Wrapper):
         self.rebuild_scenes = False
         self.end_lost_grasps = False
         self._ending_lost_grasps = False
-        self.grasp_streak = GraspStreak()
         self.held = False
         self.chunk_len, self.action_dim = self.switch.horizon, self.switch.action_dim
         step_space = self.switch.env.action_space
@@ -166,7 +164,6 @@ class RLTWorker(gym.Wrapper):
         self._ending_lost_grasps = self.end_lost_grasps
         self.reference.chunk = None
         self.phase_gate.reset()
-        self.grasp_streak.reset()
         self.held = False
         obs, info = self.env.reset(seed=seed, options=options or None)
         return obs, self._fixed_shape(info, critical_phase=False)
@@ -196,13 +193,16 @@ class RLTWorker(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def _actor_lost_the_peg(self, info: dict[str, Any]) -> bool:
-        """Whether this chunk ends its episode under `end_lost_grasps` (tracks the grasp)."""
-        step_infos = info["step_infos"]
-        held = self.grasp_streak.observe(step_infos, "RLTWorker") >= self.phase_gate.min_grasp_steps
+        """Whether this chunk ends its episode under `end_lost_grasps` (tracks the grasp).
+
+        Reads the grasp streak that `phase_gate` counted over the chunk's steps.
+        """
+        gate = self.phase_gate
+        held = gate.grasp_streak.steps >= gate.min_grasp_steps
         lost, self.held = self.held and not held, held
         if not (self._ending_lost_grasps and lost and info["action_source"] == "actor"):
             return False
-        return not bool(step_infos[-1]["success"])
+        return not bool(info["step_infos"][-1]["success"])
 
     def _fixed_shape(self, info: dict[str, Any], critical_phase: bool) -> dict[str, Any]:
         info = {key: value for key, value in info.items() if key not in _DROPPED_INFO_KEYS}

@@ -206,7 +206,6 @@ class TwinQCritic(nn.Module):
         self.biases = nn.ParameterList(_stacked([m.bias for m in ms]) for ms in linear)
         self.norm_weights = nn.ParameterList(_stacked([m.weight for m in ms]) for ms in norms)
         self.norm_biases = nn.ParameterList(_stacked([m.bias for m in ms]) for ms in norms)
-        self.num_heads, self.num_layers = num_heads, num_layers
         self._register_load_state_dict_pre_hook(_stack_per_head_state)
 
     @classmethod
@@ -222,10 +221,20 @@ class TwinQCritic(nn.Module):
         critic.load_state_dict(stacked)
         return critic
 
+    @property
+    def num_heads(self) -> int:
+        """Q, the number of heads."""
+        return self.weights[0].shape[0]
+
+    @property
+    def num_layers(self) -> int:
+        """Hidden layers of each head (Linear + LayerNorm + Tanh)."""
+        return len(self.norm_weights)
+
     def forward(self, obs: RLTObs, action_chunk: torch.Tensor) -> torch.Tensor:
         """Q values (B, num_heads) of action chunks (B, H, A) in observations `obs`."""
         critic_input = torch.cat([obs.z_rl, obs.proprio, action_chunk.flatten(1)], dim=-1)
-        heads, hidden = self.num_heads, self.weights[0].shape[1]
+        heads, hidden = self.weights[0].shape[:2]
         # The first layer of every head in one matrix product: (B, Q * hidden) -> (Q, B, hidden).
         x = nn.functional.linear(
             critic_input, self.weights[0].flatten(0, 1), self.biases[0].flatten()
