@@ -19,6 +19,11 @@ else
   export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
   RENDER=gpu DEVICE=cuda
 fi
+# Run one CUDA test file into LOG (appended); print FLAG, the option that turns its CUDA graphs
+# off in the runs after it, when the file fails.
+cuda_check() {  # test file, flag, log
+  python3 -m pytest -q -rs -p no:cacheprovider "$1" >> "$3" 2>&1 || printf '%s ' "$2"
+}
 progress_free() { tr '\r' '\n' | grep -v -e "it/s\]$" -e "s/it\]$" -e "it/s, .*\]$"; }
 # The Stage 1 checkpoint a Stage 2 job uses: stage1_peg.sh's on a still-warm machine, else the
 # embedded default.

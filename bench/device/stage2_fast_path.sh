@@ -22,14 +22,11 @@ mkdir -p "$out"
 source bench/device/gpu_env.sh
 : > "$out/stage2_flags"
 : > "$out/cuda_tests.log"
-cuda_check() {  # test file, the flag that turns its graphs off when it fails
-  if ! python3 -m pytest -q -rs -p no:cacheprovider "$1" >> "$out/cuda_tests.log" 2>&1; then
-    echo "$1 failed: the runs after this job get $2"
-    printf '%s ' "$2" >> "$out/stage2_flags"
-  fi
-}
-cuda_check tests/rpent_agents/features/test_graphed_cuda.py --env.no-feature-cuda-graphs
-cuda_check tests/rpent_agents/stage2/test_stage2_cuda_graphs.py --stage2.no-cuda-graphs
+cuda_check tests/rpent_agents/features/test_graphed_cuda.py --env.no-feature-cuda-graphs \
+  "$out/cuda_tests.log" >> "$out/stage2_flags"
+cuda_check tests/rpent_agents/stage2/test_stage2_cuda_graphs.py --stage2.no-cuda-graphs \
+  "$out/cuda_tests.log" >> "$out/stage2_flags"
+[ ! -s "$out/stage2_flags" ] || echo "CUDA tests failed; the next runs get $(cat "$out/stage2_flags")"
 tail -n 3 "$out/cuda_tests.log"
 python3 bench/featurize.py --device "$DEVICE" --models builtin-graphed --batch-sizes 1 8 16 \
   --jsonl "$out/featurize_graphed.jsonl" --label h200 > "$out/featurize.log" 2>&1

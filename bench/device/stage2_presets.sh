@@ -13,8 +13,9 @@
 #     "sample-efficient --env.missed-grasp-chunks None"
 # CONCURRENT=1 runs every argument at the same time (learning comparisons: their speeds are
 # then not a run's own). CUDA_CHECK=1 first runs the learner's CUDA-graph tests
-# ($OUT/cuda_learner.log) and, when they fail, adds --stage2.no-cuda-graphs to every run. A job longer than one device command (10 min) runs detached
-# (../shared/DEVICE.md) and poll_job.sh brings its files back:
+# ($OUT/cuda_learner.log) and, when they fail, adds --stage2.no-cuda-graphs to every run.
+# A job longer than one device command (10 min) runs detached (../shared/DEVICE.md) and
+# poll_job.sh brings its files back:
 #   (OUT=/tmp/job setsid nohup bash bench/device/stage2_presets.sh ... > /tmp/job.log 2>&1 &)
 #   bash bench/device/poll_job.sh 560       # then again in each next call until it says DONE
 set -uo pipefail
@@ -26,8 +27,8 @@ source bench/device/gpu_env.sh
 checkpoint=$(stage1_checkpoint)
 extra_flags=""
 if [ "${CUDA_CHECK:-0}" = 1 ]; then
-  python3 -m pytest -q -p no:cacheprovider tests/rpent_agents/stage2/test_stage2_cuda_graphs.py \
-    > "$out/cuda_learner.log" 2>&1 || extra_flags="--stage2.no-cuda-graphs"
+  extra_flags=$(cuda_check tests/rpent_agents/stage2/test_stage2_cuda_graphs.py \
+    --stage2.no-cuda-graphs "$out/cuda_learner.log")
   echo "learner CUDA-graph tests: $(tail -n 1 "$out/cuda_learner.log") ${extra_flags}"
 fi
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
