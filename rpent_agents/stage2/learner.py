@@ -5,8 +5,11 @@ One update (reference order): a critic step on the chunked TD target; every
 dropout; a soft target update (tau) every `target_update_every` updates. `train_step` asks the
 `UpdateSchedule` how many updates the data collected so far has earned and runs them.
 
-The update loop keeps every value on the device and synchronises once per `run_updates`, so a
-GPU is not stalled by per-update host reads. On a CUDA device each update is replayed as a
+The update loop keeps every value on the device, so a GPU is not stalled by per-update host
+reads: `run_updates` and `train_step` synchronise once, when they return their scalars, and
+`start_train_step` not at all (its `TrainStepScalars` wait for the updates when read; the
+training loop reads them after the workers' chunks, so the CPU waits for the workers while the
+GPU runs the updates). On a CUDA device each update is replayed as a
 captured CUDA graph (`Stage2Config.cuda_graphs`): one graph per update kind (with or without
 the actor step and the target update), fed through a static batch and static loss weights.
 
@@ -42,6 +45,29 @@ ACTOR_SCALARS = (
     "actor/bc_human_loss",
     "actor/human_mask_ratio",
 )
+
+
+class TrainStepScalars(NamedTuple):
+    """A train step's scalars: device tensors, read (which waits for its updates) on demand.
+
+    Attributes:
+        device_values: Scalar tensors on the learner's device, by name.
+        host_values: Scalars already on the host, by name.
+    """
+
+    device_values: dict[str, torch.Tensor]
+    host_values: dict[str, float]
+
+    def read(self) -> dict[str, float]:
+        """All scalars as floats (one device read)."""
+        return read_scalars(self.device_values) | self.host_values
+
+
+def read_scalars(values: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    """Scalar tensors as floats, by name, with one device read."""
+    if not values:
+        return {}
+    return dict(zip(values, torch.stack(list(values.values())).tolist(), strict=True))
 
 
 def _adam(module: torch.nn.Module, lr: float, capturable: bool) -> torch.optim.Adam:
@@ -212,10 +238,12 @@ class Stage2Learner:
 
     def skipped_step_scalars(self) -> dict[str, float]:
         """Optimizer steps skipped so far for a non-finite loss or gradient, per network."""
-        counts = torch.stack([self.skipped_steps[name] for name in NETWORKS]).tolist()
+        return read_scalars(self._skipped_step_counts())
+
+    def _skipped_step_counts(self) -> dict[str, torch.Tensor]:
+        """Copies of the skip counters as they stand after the updates queued so far."""
         return {
-            f"train/rlt/skipped_{name}_steps": count
-            for name, count in zip(NETWORKS, counts, strict=True)
+            f"train/rlt/skipped_{name}_steps": self.skipped_steps[name].clone() for name in NETWORKS
         }
 
     def add_transitions(self, transitions: Iterable[RLTTransition | None]) -> int:
@@ -224,11 +252,19 @@ class Stage2Learner:
 
     def train_step(self) -> dict[str, float]:
         """Run the updates the schedule allows now; returns the train-step scalars."""
+        return self.start_train_step().read()
+
+    def start_train_step(self) -> TrainStepScalars:
+        """Queue the updates the schedule allows now, reading nothing back from the device.
+
+        On a GPU the call returns once the updates are launched; reading the returned scalars
+        waits for them (as does any other device read: acting, featurizing).
+        """
         planned = self.schedule.plan(self.update_step, self.replay.total_added)
         first_update = self.update_step
-        scalars = self.run_updates(planned)
+        update_means = self._update_means(planned)
         self.schedule.record_updates(planned)
-        scalars |= {
+        host_values = {
             "train/replay_buffer/size": float(len(self.replay)),
             "train/rlt/ready_for_online": float(self.ready_for_online),
             "train/rlt/critic_updates_run": float(planned),
@@ -237,7 +273,7 @@ class Stage2Learner:
             ),
             "train/rlt/pending_update_budget": float(self.schedule.pending_update_budget),
         }
-        return scalars | self.skipped_step_scalars()
+        return TrainStepScalars(update_means | self._skipped_step_counts(), host_values)
 
     def _actor_updates_between(self, first_update: int, end_update: int) -> int:
         """Actor steps among updates first_update..end_update-1 (those divisible by the ratio)."""
@@ -252,6 +288,10 @@ class Stage2Learner:
             updates that stepped the actor (names as in the reference guide); empty when no
             update ran.
         """
+        return read_scalars(self._update_means(num_updates))
+
+    def _update_means(self, num_updates: int) -> dict[str, torch.Tensor]:
+        """Run `num_updates` updates; the means of `run_updates`, still on the device."""
         sums: dict[str, torch.Tensor] = {}
         first_update = self.update_step
         for _ in range(num_updates):
@@ -263,12 +303,10 @@ class Stage2Learner:
             for name, value in self.update(batch.to(self.device)).items():
                 sums[name] = sums[name] + value if name in sums else value
         actor_updates = self._actor_updates_between(first_update, self.update_step)
-        if not sums:
-            return {}
-        names = list(sums)
-        counts = [actor_updates if name in ACTOR_SCALARS else num_updates for name in names]
-        means = torch.stack([sums[name] / count for name, count in zip(names, counts, strict=True)])
-        return dict(zip(names, means.tolist(), strict=True))
+        return {
+            name: total / (actor_updates if name in ACTOR_SCALARS else num_updates)
+            for name, total in sums.items()
+        }
 
     def update(self, batch: RLTBatch) -> dict[str, torch.Tensor]:
         """One update on `batch`; returns its scalars as device tensors.

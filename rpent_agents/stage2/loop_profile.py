@@ -3,10 +3,13 @@
 One vector step of `rpent-stage2` is: the actor acts on every env's observation, the chunks go
 to the workers, the learner updates while they simulate, the loop waits for the slowest
 worker, the learner's process featurizes the observations that came back, and the chunks
-become transitions. `PartTimer` times the parts of one step; `LoopProfile` adds up the
-seconds of each part over a run, and from the workers' own timings (`worker_chunk_s`,
-`worker_reset_s` in each env's info) how long the average and the slowest worker were busy:
-their ratio is the share of the synchronous step a worker spends waiting for the others.
+become transitions. On a GPU the learner's part is the launch of its updates only: the GPU
+runs them while the process waits, and a later device read (featurizing) waits for what is
+left of them, so their GPU time shows in the wait and the featurizing. `PartTimer` times the
+parts of one step; `LoopProfile` adds up the seconds of each part over a run, and from the
+workers' own timings (`worker_chunk_s`, `worker_reset_s` in each env's info) how long the
+average and the slowest worker were busy: their ratio is the share of the synchronous step a
+worker spends waiting for the others.
 
 Example:
     >>> profile = LoopProfile()

@@ -270,7 +270,9 @@ class ReplayBuffer:
         if self._intervened_cache is None or self._intervened_cache[0] != key:
             window_slots = (self.next_index - 1 - np.arange(window)) % self.capacity
             slots = window_slots[self.intervened_host[window_slots]]
-            self._intervened_cache = (key, torch.as_tensor(slots, device=self.device))
+            # Non-blocking: pageable host memory is staged at once, with no wait for the GPU.
+            slots_tensor = torch.as_tensor(slots).to(self.device, non_blocking=True)
+            self._intervened_cache = (key, slots_tensor)
         return self._intervened_cache[1]
 
     def rewarded_share(self) -> float:

@@ -209,7 +209,9 @@ class Stage2Run:
         if send:
             self.send_chunks()
         timer.lap("act_s")
-        train_scalars = self.learner.train_step()  # runs while the workers simulate
+        # Queued on the GPU, which runs the updates while the workers simulate and this
+        # process waits for them; the scalars are read once the step's chunks are stored.
+        train_scalars = self.learner.start_train_step()
         timer.lap("learner_s")
         next_obs, _, terminated, truncated, infos = self.envs.step_wait(self.min_ready(send))
         timer.lap("wait_s", minus_s={"featurize_s": self.envs.last_featurize_s})
@@ -232,7 +234,7 @@ class Stage2Run:
             self.envs.set_attr("actor_ready", self.actor_ready)
             logger.info("env step %d: the actor drives the critical phase", self.state.env_steps)
         self.iteration += 1
-        self.write_scalars(train_scalars)
+        self.write_scalars(train_scalars.read())
         return steps
 
     def send_chunks(self) -> None:

@@ -151,3 +151,20 @@ def test_a_non_finite_update_is_skipped_on_the_device_as_in_the_eager_update():
         assert all(torch.isfinite(tensor).all() for tensor in network_tensors(learner))
     assert set(graphed.captured_updates) == {UpdateKind(True, True), UpdateKind(False, True)}
     assert_same_learning(eager, graphed)
+
+
+def test_a_queued_train_step_reads_nothing_back_from_the_device():
+    learner = filled_learner(
+        cuda_graphs=True, learning_starts=0, update_schedule=False, intervention_batch_share=0.25
+    )
+    learner.run_updates(8)  # both update kinds captured
+    learner.add_transitions(random_transitions(8, seed=1))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # a host sync raises
+    try:
+        scalars = learner.start_train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    read = scalars.read()
+    assert read["train/rlt/critic_updates_run"] == learner.config.update_epoch
+    assert np.isfinite(read["critic/critic_loss"])

@@ -81,6 +81,17 @@ def test_train_step_follows_the_budget_and_reports_the_reference_scalars():
     assert learner.update_step == 6
 
 
+def test_a_queued_train_step_reads_as_train_step_with_its_own_skip_counts():
+    fast = {"learning_starts": 0, "max_updates_per_train_step": 4}
+    queued, read_at_once = _learner(**fast), _learner(**fast)
+    scalars = queued.start_train_step()
+    nan_batch = queued.replay.sample(16, queued.sample_generator)
+    nan_batch.obs.z_rl[0, 0] = float("nan")
+    queued.update(nan_batch)  # skipped and counted after the step was queued
+    assert scalars.read() == read_at_once.train_step()
+    assert queued.skipped_step_scalars()["train/rlt/skipped_critic_steps"] == 1.0
+
+
 def _optimizer_tensors(optimizer):
     return [value.clone() for state in optimizer.state.values() for value in state.values()]
 
