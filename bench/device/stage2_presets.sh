@@ -13,7 +13,9 @@
 #     "sample-efficient --env.missed-grasp-chunks None"
 # CONCURRENT=1 runs every argument at the same time (learning comparisons: their speeds are
 # then not a run's own). CUDA_CHECK=1 first runs the learner's CUDA-graph tests
-# ($OUT/cuda_learner.log) and, when they fail, adds --stage2.no-cuda-graphs to every run.
+# ($OUT/cuda_learner.log) and, when they fail, adds --stage2.no-cuda-graphs to every run; then
+# the test that the loop's queued updates read nothing back ($OUT/queued_updates.log: a report,
+# no flag).
 # A job longer than one device command (10 min) runs detached (../shared/DEVICE.md) and
 # poll_job.sh brings its files back:
 #   (OUT=/tmp/job setsid nohup bash bench/device/stage2_presets.sh ... > /tmp/job.log 2>&1 &)
@@ -30,6 +32,9 @@ if [ "${CUDA_CHECK:-0}" = 1 ]; then
   extra_flags=$(cuda_check tests/rpent_agents/stage2/test_stage2_cuda_graphs.py \
     --stage2.no-cuda-graphs "$out/cuda_learner.log")
   echo "learner CUDA-graph tests: $(tail -n 1 "$out/cuda_learner.log") ${extra_flags}"
+  python3 -m pytest -q -rs -p no:cacheprovider tests/rpent_agents/stage2/test_stage2_queued_updates.py \
+    > "$out/queued_updates.log" 2>&1 || true
+  echo "queued-updates test: $(tail -n 1 "$out/queued_updates.log")"
 fi
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   python3 bench/stage2_throughput.py --num-envs "$workers" --render-backend "$RENDER" \

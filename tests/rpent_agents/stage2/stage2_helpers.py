@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from rpent_agents.stage2 import RLTDims, RLTTransition
+from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner
 
 DIMS = RLTDims(z_dim=4, proprio_dim=2, ref_chunk_len=3, action_dim=2)
 CHUNK_LEN = 2
@@ -30,3 +30,46 @@ def transition(value: float, dims: RLTDims = DIMS, chunk_len: int = CHUNK_LEN) -
         done=False,
         intervened=np.zeros(chunk_len, bool),
     )
+
+
+def random_transitions(count: int, seed: int = 0) -> list[RLTTransition]:
+    """`count` transitions of random values (rewards and interventions on ~30% of steps)."""
+    rng = np.random.default_rng(seed)
+
+    def uniform(*shape: int) -> np.ndarray:
+        return rng.uniform(-1, 1, shape).astype(np.float32)
+
+    ref_shape = (DIMS.ref_chunk_len, DIMS.action_dim)
+    return [
+        RLTTransition(
+            z_rl=uniform(DIMS.z_dim),
+            proprio=uniform(DIMS.proprio_dim),
+            ref_chunk=uniform(*ref_shape),
+            action=uniform(CHUNK_LEN, DIMS.action_dim),
+            rewards=(rng.uniform(size=CHUNK_LEN) < 0.3).astype(np.float32),
+            next_z_rl=uniform(DIMS.z_dim),
+            next_proprio=uniform(DIMS.proprio_dim),
+            next_ref_chunk=uniform(*ref_shape),
+            done=bool(rng.uniform() < 0.2),
+            intervened=rng.uniform(size=CHUNK_LEN) < 0.3,
+        )
+        for _ in range(count)
+    ]
+
+
+def filled_learner(cuda_graphs: bool, **overrides) -> Stage2Learner:
+    """A CUDA learner holding 200 random transitions (`cuda_graphs` on or off)."""
+    config = Stage2Config(
+        chunk_len=CHUNK_LEN,
+        batch_size=32,
+        replay_capacity=256,
+        sample_window=256,
+        weight_warmup_updates=3,
+        weight_ramp_updates=6,
+        cuda_graphs=cuda_graphs,
+        device="cuda",
+        **overrides,
+    )
+    learner = Stage2Learner(config, DIMS)
+    learner.add_transitions(random_transitions(200))
+    return learner
