@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import rpent_envs
-from rpent_envs.franka.backend import FrankaConnectionError
+from rpent_envs.franka.backend import FrankaConnectionError, FrankaControlError
 
 # The thread method also fires (and dumps every stack) while a franky call blocks in C++.
 pytestmark = pytest.mark.timeout(180, method="thread")
@@ -172,9 +172,25 @@ def test_a_motion_the_planner_failed_is_recovered_and_ends_the_episode(sim_env):
     assert truncated and not terminated and reward == 0.0
     assert "Motion planner failed" in info["control_error"]
     assert obs in sim_env.observation_space
-    sim_env.reset(seed=0)
-    *_, info = sim_env.step(unit(2, -1.0))
-    assert info["control_error"] is None
+    assert next_episode_steps(sim_env) is None
+
+
+def next_episode_steps(env) -> str | None:
+    """Reset and step down; the step's control error. franky-sim's own planner failures (see
+    above), at the reset (the env says: call reset() again) or in the step, start it over, up
+    to three times."""
+    control_error = "no reset succeeded"
+    for _ in range(3):
+        try:
+            env.reset(seed=0)
+        except FrankaControlError as error:
+            assert "Motion planner failed" in str(error) and "call reset() again" in str(error)
+            continue
+        *_, info = env.step(unit(2, -1.0))
+        control_error = info["control_error"]
+        if "Motion planner failed" not in (control_error or ""):
+            break
+    return control_error
 
 
 # Faults: franky-sim plus a reflex switch (fault_sim.py), on its own address.
