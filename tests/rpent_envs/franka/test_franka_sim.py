@@ -8,6 +8,7 @@ arm was when that step began: that is the least motion asserted, however slow th
 
 import signal
 import time
+from collections.abc import Callable
 
 import franky
 import gymnasium as gym
@@ -137,14 +138,21 @@ def quick_toggle_opens(env) -> bool | None:
     return False
 
 
-def test_a_quick_close_open_toggle_ends_open(sim_env):
-    # franky-sim fails a plan now and then (Ruckig's -111, about once in a few hundred
-    # episodes here): the scenario then starts over, up to three times
+def past_planner_failures[T](scenario: Callable[[], T | None]) -> T | None:
+    """The first result of `scenario` that is not None, in at most three runs.
+
+    franky-sim fails a plan now and then (Ruckig's -111, about once in a few hundred episodes
+    here): a scenario returns None when that happened, and it then starts over.
+    """
     for _ in range(3):
-        opened = quick_toggle_opens(sim_env)
-        if opened is not None:
-            break
-    assert opened
+        result = scenario()
+        if result is not None:
+            return result
+    return None
+
+
+def test_a_quick_close_open_toggle_ends_open(sim_env):
+    assert past_planner_failures(lambda: quick_toggle_opens(sim_env))
 
 
 class FailingPlanner:
@@ -172,25 +180,20 @@ def test_a_motion_the_planner_failed_is_recovered_and_ends_the_episode(sim_env):
     assert truncated and not terminated and reward == 0.0
     assert "Motion planner failed" in info["control_error"]
     assert obs in sim_env.observation_space
-    assert next_episode_steps(sim_env) is None
+    info = past_planner_failures(lambda: reset_and_step_down(sim_env))
+    assert info is not None and info["control_error"] is None
 
 
-def next_episode_steps(env) -> str | None:
-    """Reset and step down; the step's control error. franky-sim's own planner failures (see
-    above), at the reset (the env says: call reset() again) or in the step, start it over, up
-    to three times."""
-    control_error = "no reset succeeded"
-    for _ in range(3):
-        try:
-            env.reset(seed=0)
-        except FrankaControlError as error:
-            assert "Motion planner failed" in str(error) and "call reset() again" in str(error)
-            continue
-        *_, info = env.step(unit(2, -1.0))
-        control_error = info["control_error"]
-        if "Motion planner failed" not in (control_error or ""):
-            break
-    return control_error
+def reset_and_step_down(env) -> dict | None:
+    """Reset and step down; the step's info (None: franky-sim's own planner failed the reset,
+    which then says to call reset() again, or the step)."""
+    try:
+        env.reset(seed=0)
+    except FrankaControlError as error:
+        assert "Motion planner failed" in str(error) and "call reset() again" in str(error)
+        return None
+    *_, info = env.step(unit(2, -1.0))
+    return None if "Motion planner failed" in (info["control_error"] or "") else info
 
 
 # Faults: franky-sim plus a reflex switch (fault_sim.py), on its own address.
