@@ -37,6 +37,9 @@ from rpent_agents.stage2.schedules import UpdateSchedule, actor_loss_weights
 from rpent_agents.stage2.step_guard import step_unless_non_finite
 
 NETWORKS = ("critic", "actor")
+# Batches drawn from the replay at once (one gather per field): a train step's updates, up to
+# this many (bounds the drawn memory: ~0.3 GB at pi0.5's RL token size and batch 512).
+BATCHES_PER_DRAW = 32
 ACTOR_SCALARS = (
     "actor/actor_loss",
     "q_pi",
@@ -294,14 +297,20 @@ class Stage2Learner:
         """Run `num_updates` updates; the means of `run_updates`, still on the device."""
         sums: dict[str, torch.Tensor] = {}
         first_update = self.update_step
-        for _ in range(num_updates):
-            batch = self.replay.sample(
+        for first in range(0, num_updates, BATCHES_PER_DRAW):
+            batches = self.replay.sample_batches(
+                min(BATCHES_PER_DRAW, num_updates - first),
                 self.config.batch_size,
                 self.sample_generator,
                 intervention_share=self.config.intervention_batch_share,
             )
-            for name, value in self.update(batch.to(self.device)).items():
-                sums[name] = sums[name] + value if name in sums else value
+            for batch in batches:
+                scalars = self.update(batch.to(self.device))
+                for name, value in scalars.items():
+                    if name not in sums:
+                        sums[name] = torch.zeros_like(value)
+                # In place: a captured update overwrites its scalars at its next replay.
+                torch._foreach_add_([sums[name] for name in scalars], list(scalars.values()))
         actor_updates = self._actor_updates_between(first_update, self.update_step)
         return {
             name: total / (actor_updates if name in ACTOR_SCALARS else num_updates)

@@ -172,6 +172,22 @@ def test_a_share_of_each_batch_comes_from_intervened_transitions(tmp_path):
     assert nothing_intervened.sample(8, intervention_share=0.5).obs.z_rl.shape == (8, 4)
 
 
+def test_batches_drawn_at_once_are_independent_and_each_has_the_intervention_share():
+    buffer = ReplayBuffer(DIMS, CHUNK_LEN, capacity=40, sample_window=30)
+    for value in range(50):  # every 10th intervened; 0 and 10 fall out of the window
+        item = transition(float(value))
+        item.intervened[:] = value % 10 == 0
+        buffer.add(item)
+    batches = buffer.sample_batches(3, 400, torch.Generator().manual_seed(0), 0.25)
+    assert len(batches) == 3
+    for batch in batches:
+        assert batch.obs.z_rl.shape == (400, 4) and batch.action.shape == (400, CHUNK_LEN, 2)
+        assert batch.intervened[:100].all()  # the share leads each batch
+        assert set(batch.obs.z_rl[:, 0].tolist()) == {float(value) for value in range(20, 50)}
+        assert torch.equal(batch.next_obs.z_rl[:, 0], batch.obs.z_rl[:, 0] + 0.5)
+    assert not torch.equal(batches[0].obs.z_rl, batches[1].obs.z_rl)
+
+
 def test_a_transition_of_the_wrong_shape_is_refused_and_nothing_is_stored():
     buffer = ReplayBuffer(DIMS, CHUNK_LEN, capacity=4)
     with pytest.raises(ValueError, match=r"RLTTransition.z_rl has shape \(5,\)"):
