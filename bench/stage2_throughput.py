@@ -3,6 +3,8 @@
 Three measurements on the same machine, each with `--num-envs` worker processes:
 - raw state: the peg env with `obs_mode="state"` (physics only; the upper bound);
 - raw rgb: the peg env rendering both cameras at every step (what a naive loop pays);
+  both with the loop's episode length and scene reuse (`--raw-episode-steps`,
+  `--reconfiguration-freq`: resets cost what they cost the loop);
 - training loop: `rpent_agents.stage2.train.Stage2Run.collect_and_learn` (workers render only
   chunk boundaries; one batched featurizer call per vector step in this process; the learner
   updates while the workers simulate; a worker whose episode ends starts the next one itself),
@@ -36,7 +38,12 @@ from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner
 from rpent_agents.stage2.results import LearningResults
 from rpent_agents.stage2.run_folder import RunState
-from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2, Stage2Run, TrainArgs
+from rpent_agents.stage2.train import (
+    SAMPLE_EFFICIENT_ENV,
+    SAMPLE_EFFICIENT_STAGE2,
+    Stage2Run,
+    TrainArgs,
+)
 
 
 @dataclass
@@ -48,6 +55,10 @@ class Args:
     """Stage 1 checkpoint (its image size sets the cameras'); default: the embedded one."""
     raw_steps: int = 100
     """Timed steps per worker of each raw-env measurement."""
+    raw_episode_steps: int = 80
+    """Episode length of the raw envs (they reset themselves): the loop's 8 chunks."""
+    reconfiguration_freq: int = SAMPLE_EFFICIENT_ENV.reconfiguration_freq
+    """Resets per scene, of the raw envs and the loop's (the preset's by default)."""
     loop_iterations: int = 30
     """Timed vector steps (one chunk per worker each) of the training loop."""
     warmup_iterations: int = 3
@@ -63,7 +74,13 @@ class Args:
 
 def raw_env_speed(args: Args, obs_mode: str, image_size: int) -> float:
     """Env steps/s of `num_envs` raw peg envs stepping random actions."""
-    kwargs = {"obs_mode": obs_mode, "image_size": image_size, "render_backend": args.render_backend}
+    kwargs = {
+        "obs_mode": obs_mode,
+        "image_size": image_size,
+        "render_backend": args.render_backend,
+        "reconfiguration_freq": args.reconfiguration_freq,
+        "max_episode_steps": args.raw_episode_steps,
+    }
     envs = AsyncVectorEnv(
         [lambda: gym.make(rpent_envs.PEG_INSERTION_ID, **kwargs)] * args.num_envs,
         context="forkserver",
@@ -138,6 +155,7 @@ def main(args: Args) -> dict:
         checkpoint=args.checkpoint,
         render_backend=args.render_backend,
         feature_device=args.feature_device,
+        reconfiguration_freq=args.reconfiguration_freq,
     )
     image_size = config.vla_config()["image_size"]
     figures: dict = {"num_envs": args.num_envs, "image_size": image_size}

@@ -38,7 +38,7 @@ if [ "${CUDA_CHECK:-0}" = 1 ]; then
 fi
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   python3 bench/stage2_throughput.py --num-envs "$workers" --render-backend "$RENDER" \
-    --feature-device "$DEVICE" --checkpoint "$checkpoint" --raw-steps "${RAW_STEPS:-300}" \
+    --feature-device "$DEVICE" --checkpoint "$checkpoint" --raw-steps "${RAW_STEPS:-800}" \
     --no-loop --raw-state-only 2> "$out/raw_state.err" > "$out/raw_state.json"
   cat "$out/raw_state.json"
 fi
