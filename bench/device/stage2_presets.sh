@@ -15,7 +15,8 @@
 # then not a run's own). CUDA_CHECK=1 first runs the learner's CUDA-graph tests
 # ($OUT/cuda_learner.log) and, when they fail, adds --stage2.no-cuda-graphs to every run; then
 # the test that the loop's queued updates read nothing back ($OUT/queued_updates.log: a report,
-# no flag).
+# no flag), and bench/train_step_launch.py ($OUT/train_step_launch.json; LAUNCH_STEPS timed
+# train steps, default 50).
 # A job longer than one device command (10 min) runs detached (../shared/DEVICE.md) and
 # poll_job.sh brings its files back:
 #   (OUT=/tmp/job setsid nohup bash bench/device/stage2_presets.sh ... > /tmp/job.log 2>&1 &)
@@ -35,6 +36,9 @@ if [ "${CUDA_CHECK:-0}" = 1 ]; then
   cuda_check tests/rpent_agents/stage2/test_stage2_queued_updates.py "" "$out/queued_updates.log" \
     > /dev/null
   echo "queued-updates test: $(tail -n 1 "$out/queued_updates.log")"
+  python3 bench/train_step_launch.py --device "$DEVICE" --steps "${LAUNCH_STEPS:-50}" \
+    > "$out/train_step_launch.json" 2> "$out/train_step_launch.err"
+  echo "train step launch: $(cat "$out/train_step_launch.json")"
 fi
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   python3 bench/stage2_throughput.py --num-envs "$workers" --render-backend "$RENDER" \
