@@ -86,6 +86,7 @@ class FeaturizedVectorEnv(VectorWrapper):
         self.last_ready = np.zeros(env.num_envs, bool)
         """The envs whose chunk the last `step_wait` returned."""
         self.ready_steps: ReadySteps | None = None
+        self.stepping_all = False  # a step_async to every env awaits its step_wait
         self.pads_batches = False
         """Whether featurizer batches are padded to `num_envs` observations (`full_batches`)."""
         self.observations: dict[str, np.ndarray] = {
@@ -113,7 +114,9 @@ class FeaturizedVectorEnv(VectorWrapper):
 
     @property
     def busy(self) -> np.ndarray:
-        """(N,) bool: the envs simulating a chunk sent with `env_indices` (asynchronous)."""
+        """(N,) bool: the envs simulating a chunk whose answer `step_wait` has not returned."""
+        if self.stepping_all:
+            return np.ones(self.num_envs, bool)
         if self.ready_steps is None:
             return np.zeros(self.num_envs, bool)
         return self.ready_steps.busy.copy()
@@ -142,6 +145,7 @@ class FeaturizedVectorEnv(VectorWrapper):
         }
         if env_indices is None:
             self.env.step_async(batched)
+            self.stepping_all = True
             return
         if self.ready_steps is None:
             self.ready_steps = ReadySteps(self.env)
@@ -158,6 +162,7 @@ class FeaturizedVectorEnv(VectorWrapper):
         """
         if min_ready is None:
             raw, rewards, terminated, truncated, infos = self.env.step_wait()
+            self.stepping_all = False
             self.last_ready = np.ones(self.num_envs, bool)
         else:
             self.last_ready, rewards, terminated, truncated, infos = self.ready_steps.receive(

@@ -1,9 +1,10 @@
 """Where a Stage 2 training loop spends its time: the profile written into results.json.
 
-One vector step of `rpent-stage2` is: the actor acts on every env's observation, the chunks go
-to the workers, the learner updates while they simulate, the loop waits for the slowest
-worker, the learner's process featurizes the observations that came back, and the chunks
-become transitions. On a GPU the learner's part is the launch of its updates only: the GPU
+One vector step of `rpent-stage2` is: the learner launches its updates, the loop waits for
+the workers (the slowest, or the first `ready_envs` to answer), the learner's process
+featurizes the observations that came back, the actor acts on them and the answered workers
+get their next chunks, and then the answered chunks become transitions while those workers
+simulate. On a GPU the learner's part is the launch of its updates only: the GPU
 runs them while the process waits, and a later device read (featurizing) waits for what is
 left of them, so their GPU time shows in the wait and the featurizing. `PartTimer` times the
 parts of one step; `LoopProfile` adds up the seconds of each part over a run, and from the
@@ -92,11 +93,11 @@ class PartTimer:
         self.lap_started_s = time.perf_counter()
 
     def lap(self, name: str, minus_s: dict[str, float] | None = None) -> None:
-        """Book the time since the last lap to `name`, less the parts of `minus_s` (booked)."""
+        """Add the time since the last lap to `name`, less the parts of `minus_s` (booked)."""
         now = time.perf_counter()
         elapsed_s = now - self.lap_started_s
         for part, seconds in (minus_s or {}).items():
             self.part_s[part] = seconds
             elapsed_s -= seconds
-        self.part_s[name] = elapsed_s
+        self.part_s[name] = self.part_s.get(name, 0.0) + elapsed_s
         self.lap_started_s = now

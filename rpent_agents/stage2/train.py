@@ -200,14 +200,16 @@ class Stage2Run:
         """One chunk in every worker while the learner updates; returns the simulator steps.
 
         Every env gets a fresh seed with its chunk: a worker whose episode ends starts the
-        next one with it at once (`FeaturizedVectorEnv`), so no worker waits for a reset. With
-        `ready_envs` (asynchronous) only the idle workers get a chunk, and the step ends once
-        `ready_envs` of the busy ones have answered; `send=False` hands out no chunk (the busy
-        workers finish theirs).
+        next one with it at once (`FeaturizedVectorEnv`), so no worker waits for a reset. The
+        answered workers get their next chunks before the answered chunks are stored, so the
+        storing runs while they simulate; no chunk is sent when the loop pauses after this
+        step (an evaluation, the end, the actor taking over). With `ready_envs` (asynchronous)
+        the step ends once `ready_envs` of the busy workers have answered; `send=False` hands
+        out no chunk (the busy workers finish theirs).
         """
         timer = PartTimer()
-        if send:
-            self.send_chunks()
+        if send and not self.envs.busy.any():
+            self.send_chunks()  # the first chunks after a pause
         timer.lap("act_s")
         # Queued on the GPU, which runs the updates while the workers simulate and this
         # process waits for them; the scalars are read once the step's chunks are stored.
@@ -218,16 +220,22 @@ class Stage2Run:
         answered = self.envs.last_ready
         done = (terminated | truncated) & answered
         discarded = discarded_envs(infos, self.num_envs)
+        skipped = ~answered | discarded
+        steps = int(infos["chunk_len"][~skipped].sum())
+        self.state.env_steps += steps
+        decided_obs, decided_actions = self.obs, self.actions.copy()
+        self.obs = next_obs  # a busy worker's row: the observation its chunk was decided from
+        if send and not self.pauses_after_step():
+            self.send_chunks()
+        timer.lap("act_s")
         self.abandon_episodes(discarded)
         ended_obs = _final_observations(next_obs, infos, done)
-        steps = self.store_transitions(
-            ended_obs, infos, terminated, truncated, ~answered | discarded
+        self.store_transitions(
+            decided_obs, decided_actions, ended_obs, infos, terminated, truncated, skipped
         )
         timer.lap("store_s")
         self.profile.add_step(timer.part_s, infos)
-        self.state.env_steps += steps
         self.state.episodes_finished += int(done.sum())
-        self.obs = next_obs  # a busy worker's row: the observation its chunk was decided from
         if send and self.learner.ready_for_online != self.actor_ready:
             steps += self.finish_busy_chunks()  # the workers' drivers change together
             self.actor_ready = self.learner.ready_for_online
@@ -236,6 +244,21 @@ class Stage2Run:
         self.iteration += 1
         self.write_scalars(train_scalars.read())
         return steps
+
+    def pauses_after_step(self) -> bool:
+        """Whether the loop stops sending chunks after this step (see `run`).
+
+        It pauses to evaluate, at the end of the run, and when the learner lets the actor
+        drive (the workers' drivers change together). A pause that this misses (the wall
+        clock runs out between here and `run`'s check) costs only the chunks in flight, which
+        `finish_busy_chunks` collects.
+        """
+        return (
+            self.state.env_steps >= self.args.total_env_steps
+            or not self.time_left_for(1)
+            or (self.evaluation_due() and self.time_left_for(2))
+            or self.learner.ready_for_online != self.actor_ready
+        )
 
     def send_chunks(self) -> None:
         """The actor's chunks to the idle workers (every worker when stepping synchronously)."""
@@ -257,9 +280,9 @@ class Stage2Run:
         return busy if not send else min(self.ready_envs, busy)
 
     def finish_busy_chunks(self) -> int:
-        """Let the busy workers (asynchronous stepping) finish their chunks; their env steps."""
+        """Let the busy workers finish their chunks (none sent after them); their env steps."""
         steps = 0
-        while self.ready_envs and self.envs.busy.any():
+        while self.envs.busy.any():
             steps += self.collect_and_learn(send=False)
         return steps
 
@@ -272,19 +295,21 @@ class Stage2Run:
 
     def store_transitions(
         self,
+        obs: dict[str, np.ndarray],
+        actions: np.ndarray,
         next_obs: dict,
         infos: dict,
         terminated: np.ndarray,
         truncated: np.ndarray,
         skipped: np.ndarray,
-    ) -> int:
-        """Store the critical-phase chunks of one vector step; returns its simulator steps.
+    ) -> None:
+        """Store the critical-phase chunks of one vector step, decided from `obs` as `actions`.
 
         The envs of `skipped` returned no chunk (their worker was lost, or is still busy). The
         diagnostics' Q values of the stored chunks come from one critic call.
         """
-        config, env_steps = self.learner.config, 0
-        items = list(vector_step_items(self.obs, next_obs, infos, terminated, truncated, skipped))
+        config = self.learner.config
+        items = list(vector_step_items(obs, next_obs, infos, terminated, truncated, skipped))
         transition_of = functools.partial(
             build_transition,
             chunk_len=config.chunk_len,
@@ -295,16 +320,14 @@ class Stage2Run:
         self.learner.add_transitions(transitions)
         q_values = self.learner.q_values(transitions)
         kept_envs = np.flatnonzero(~skipped)
-        for env_index, (obs, _, info, ended, cut), transition, q_value in zip(
+        for env_index, (env_obs, _, info, ended, cut), transition, q_value in zip(
             kept_envs, items, transitions, q_values, strict=True
         ):
             self.chunk_stats.record(info, transition)
             self.episode_stats.record(env_index, info, ended or cut)
             self.diagnostics.record(
-                env_index, info, obs, self.actions[env_index], q_value, ended or cut
+                env_index, info, env_obs, actions[env_index], q_value, ended or cut
             )
-            env_steps += int(info["chunk_len"])
-        return env_steps
 
     def start_training_episodes(self) -> dict[str, np.ndarray]:
         """Reset every worker with fresh training seeds and the training drivers."""

@@ -170,16 +170,20 @@ def test_training_goes_on_past_a_killed_worker_with_consistent_counters(workers,
         run = Stage2Run(args, envs, learner, RunState(), results, log, time.monotonic())
         run.obs = run.start_training_episodes()
         for iteration in range(iterations):
-            if iteration == 3:  # both envs are in the second chunk of their second episode
+            if iteration == 4:  # the next chunk of both envs is the second of their third episode
+                run.finish_busy_chunks()  # nothing in flight: the kill loses the next chunk
                 os.kill(workers.worker_info()[0]["pid"], signal.SIGKILL)
             run.collect_and_learn()
     state = run.state
+    # 8 vector steps (the drain's too), 2 chunks each, one chunk lost; the loop sent no chunk
+    # after the second step, where the learner let the actor drive, nor during the drain
+    assert run.actor_ready and run.profile.vector_steps == iterations + 1
     assert state.episodes_discarded == 1 and workers.restarts == restarts + 1
-    assert state.env_steps == 10 * (2 * iterations - 1)  # the lost chunk ran no step we saw
+    assert state.env_steps == 10 * (2 * (iterations + 1) - 1)  # the lost chunk ran no step we saw
     assert learner.replay.total_added == state.env_steps // 10  # always_on: every chunk stored
-    assert state.seeds_handed_out == 2 * (iterations + 1)
+    assert state.seeds_handed_out == 2 * (1 + 9)  # the reset, then 9 sends of 2 chunks
     finished = run.episode_stats.finished
-    assert len(finished) == state.episodes_finished == 5  # env 0: 2 (one lost), env 1: 3
+    assert len(finished) == state.episodes_finished == 7  # env 0: 3 (one lost), env 1: 4
     assert {episode.length_steps for episode in finished} == {20}  # none merged with a lost one
     assert learner.update_step > 0
 
