@@ -86,7 +86,8 @@ class FeaturizedVectorEnv(VectorWrapper):
         self.last_ready = np.zeros(env.num_envs, bool)
         """The envs whose chunk the last `step_wait` returned."""
         self.ready_steps: ReadySteps | None = None
-        self.stepping_all = False  # a step_async to every env awaits its step_wait
+        self.stepping_all = False
+        """Whether a `step_async` to every env awaits its `step_wait` (synchronous stepping)."""
         self.pads_batches = False
         """Whether featurizer batches are padded to `num_envs` observations (`full_batches`)."""
         self.observations: dict[str, np.ndarray] = {

@@ -97,7 +97,7 @@ class PartTimer:
         now = time.perf_counter()
         elapsed_s = now - self.lap_started_s
         for part, seconds in (minus_s or {}).items():
-            self.part_s[part] = seconds
+            self.part_s[part] = self.part_s.get(part, 0.0) + seconds
             elapsed_s -= seconds
         self.part_s[name] = self.part_s.get(name, 0.0) + elapsed_s
         self.lap_started_s = now

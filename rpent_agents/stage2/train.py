@@ -173,9 +173,9 @@ class Stage2Run:
         self.checkpoint()
         self.obs = self.start_training_episodes()
         with tqdm(total=self.args.total_env_steps, initial=self.state.env_steps) as progress:
-            while self.state.env_steps < self.args.total_env_steps and self.time_left_for(1):
+            while self.training_goes_on():
                 progress.update(self.collect_and_learn())
-                if self.evaluation_due() and self.time_left_for(2):
+                if self.evaluates_now():
                     progress.update(self.finish_busy_chunks())
                     self.evaluate_actor()
                     self.checkpoint()
@@ -189,6 +189,14 @@ class Stage2Run:
         self.results.stop_reason = "total_env_steps" if finished else "max_minutes"
         self.checkpoint()
         return self.results
+
+    def training_goes_on(self) -> bool:
+        """Whether the loop runs another step: env steps left and time for an evaluation."""
+        return self.state.env_steps < self.args.total_env_steps and self.time_left_for(1)
+
+    def evaluates_now(self) -> bool:
+        """Whether the loop evaluates after this step (due, with time for one more after)."""
+        return self.evaluation_due() and self.time_left_for(2)
 
     def time_left_for(self, evaluations: int) -> bool:
         """Whether the budget still has room for `evaluations` evaluations and a save."""
@@ -254,9 +262,8 @@ class Stage2Run:
         `finish_busy_chunks` collects.
         """
         return (
-            self.state.env_steps >= self.args.total_env_steps
-            or not self.time_left_for(1)
-            or (self.evaluation_due() and self.time_left_for(2))
+            not self.training_goes_on()
+            or self.evaluates_now()
             or self.learner.ready_for_online != self.actor_ready
         )
 
