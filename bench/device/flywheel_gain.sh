@@ -12,7 +12,7 @@
 #   cache_actor    its successful episodes, `--include-sources actor`             ~1 min
 #   ft_actor       fine-tune on cache_actor (during eval_own and forget_own)      ~1-2 min
 #   eval_*, forget_*  each fine-tuned VLA on 0..99 and on the training seeds 200..299 ~1 min each
-# then bench/flywheel_table.py writes table.json and summary.md; ~15-20 min in all.
+# then bench/flywheel_table.py writes table.json and summary.md; ~11 min in all (628 s measured, 2026-12-03).
 # Fine-tuning (why these defaults): the default was trained at batch 256, peak rate 3e-4, on
 # 32.7k image frames, and its best validation came at ~14 epochs (stage1_peg.sh). The data here
 # is ~11-14k frames of already good behaviour, so: the same batch, a third of the rate (1e-4;
