@@ -7,17 +7,17 @@
 #   eval_default   the default on the held-out seeds 0..99                       ~1 min
 #   record_vla     the default on the training seeds 200..499, recorded           ~3-4 min
 #   cache_own      its successful episodes (VLA actions) -> frames.npz            ~1 min
-#   ft_own         fine-tune of the default on cache_own (during record_actor)    ~1-2 min
+#   ft_own         fine-tune of the default on cache_own (during record_actor)    ~3 min
 #   record_actor   the actor (`--policy actor`) on the same seeds, recorded       ~3 min
 #   cache_actor    its successful episodes, `--include-sources actor`             ~1 min
 #   ft_actor       fine-tune on cache_actor (during eval_own and forget_own)      ~1-2 min
 #   eval_*, forget_*  each fine-tuned VLA on 0..99 and on the training seeds 200..299 ~1 min each
-# then bench/flywheel_table.py writes table.json and summary.md; ~11 min in all (628 s measured, 2026-12-03).
+# then bench/flywheel_table.py writes table.json and summary.md; 628 s in all (H200, 2026-12-03).
 # Fine-tuning (why these defaults): the default was trained at batch 256, peak rate 3e-4, on
 # 32.7k image frames, and its best validation came at ~14 epochs (stage1_peg.sh). The data here
-# is ~11-14k frames of already good behaviour, so: the same batch, a third of the rate (1e-4;
+# is ~16-25k frames of already good behaviour, so: the same batch, a third of the rate (1e-4;
 # the flywheel's CPU example saw a fresh run's rate make a small fine-tune worse), 100 warm-up
-# steps, cosine over 1000 steps (~20 epochs, ~1 min on the H200 at ~22 steps/s), 10 held-out
+# steps, cosine over 1000 steps (~10-16 epochs; 97-179 s measured on the H200), 10 held-out
 # episodes and the best-validation weights kept (checked every 100 steps), so too many epochs
 # cannot make it worse on held-out episodes of the data. Override with FT_STEPS, FT_BATCH,
 # FT_LR, FT_WARMUP, FT_VAL_EPISODES, FT_MINUTES (the cap); seeds with HELDOUT_SEEDS,
