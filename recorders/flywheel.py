@@ -218,7 +218,7 @@ def _export_task(item: _Task, destination: _Destination, pool: ThreadPoolExecuto
     outcome.excluded_planner_records = selection.excluded_planner_records
     loaded = _prefetched(pool, reader, selection.kept)
     for run in contiguous_runs(selection.kept):
-        for _ in run:
+        for kept in run:
             try:
                 frame = next(loaded).result()
                 destination.layout.check(frame)
@@ -226,7 +226,7 @@ def _export_task(item: _Task, destination: _Destination, pool: ThreadPoolExecuto
                 outcome.excluded_actions[error.reason] += 1
                 _end_episode(sink, outcome)  # a dropped action ends the run
                 continue
-            sink.add_frame(frame)
+            sink.add_frame(frame, kept.starts_chunk)
         _end_episode(sink, outcome)
     if outcome.frames == 0:
         outcome.reason = "no_exportable_actions"

@@ -52,6 +52,9 @@ class KeptAction:
     action: np.ndarray
     observation: dict[str, Any]
     instruction: str
+    starts_chunk: bool
+    """Executed at the step its prediction was made (the chunk's first action): the only
+    frame whose observation the prediction saw."""
 
 
 @dataclass
@@ -214,8 +217,8 @@ def _link_prediction(
     step: int,
     predictions: dict[str, dict[str, Any] | str],
     sources: tuple[str, ...],
-) -> tuple[str, int, str]:
-    """(prediction id, index, instruction) of an action of an exported source, or Rejected."""
+) -> tuple[str, int, dict[str, Any]]:
+    """(prediction id, index, prediction record) of an action of an exported source, or Rejected."""
     source = record["source"]
     if source not in sources:
         if source is None:
@@ -239,7 +242,7 @@ def _link_prediction(
         raise Rejected("prediction_in_other_tool_call")
     if prediction["step"] > step:
         raise Rejected("prediction_after_action")
-    return prediction_id, index, prediction["instruction"]
+    return prediction_id, index, prediction
 
 
 def select_actions(
@@ -279,13 +282,16 @@ def select_actions(
         try:
             if step_counts[step] > 1:
                 raise Rejected("duplicate_step")
-            prediction_id, index, instruction = _link_prediction(
+            prediction_id, index, prediction = _link_prediction(
                 record, step, prediction_index, sources
             )
         except Rejected as rejected:
             selection.excluded_actions[rejected.reason] += 1
             continue
-        kept = KeptAction(step, action, record["observation"], instruction)
+        starts_chunk = prediction["step"] == step
+        kept = KeptAction(
+            step, action, record["observation"], prediction["instruction"], starts_chunk
+        )
         linked.append((kept, (prediction_id, index)))
     claims = Counter(claim for _, claim in linked)
     for kept, claim in linked:

@@ -29,8 +29,12 @@ class FrameSink(Protocol):
     the same keys, shapes and dtypes (the exporter checks it before handing a frame over).
     """
 
-    def add_frame(self, frame: dict[str, Any]) -> None:
-        """Append `frame` to the episode being written."""
+    def add_frame(self, frame: dict[str, Any], starts_chunk: bool) -> None:
+        """Append `frame` to the episode being written.
+
+        `starts_chunk`: the frame's action is the first of its prediction's chunk, so the
+        frame's observation is the one the prediction was made from.
+        """
 
     def end_episode(self) -> int:
         """Close the episode being written; returns its frames (0: none, nothing written)."""
@@ -70,8 +74,8 @@ class LeRobotSink:
         self.dataset_keys: dict[str, str] = {}  # frame key -> feature name in the key style
         self.episode_frames = 0
 
-    def add_frame(self, frame: dict[str, Any]) -> None:
-        """Append a checked frame to the episode being written."""
+    def add_frame(self, frame: dict[str, Any], starts_chunk: bool) -> None:
+        """Append a checked frame to the episode being written (every frame, LeRobot-style)."""
         if self.dataset is None:
             observation = {k: v for k, v in frame.items() if k not in (ACTION_KEY, TASK_KEY)}
             features = dataset_features(

@@ -7,21 +7,23 @@
 #   eval_default   the default on the held-out seeds 0..99                       ~1 min
 #   record_vla     the default on the training seeds 200..499, recorded           ~3-4 min
 #   cache_own      its successful episodes (VLA actions) -> frames.npz            ~1 min
-#   ft_own         fine-tune of the default on cache_own (during record_actor)    ~3 min
+#   ft_own         fine-tune of the default on cache_own (during record_actor)    ~1.5 min
 #   record_actor   the actor (`--policy actor`) on the same seeds, recorded       ~3 min
 #   cache_actor    its successful episodes, `--include-sources actor`             ~1 min
-#   ft_actor       fine-tune on cache_actor (during eval_own and forget_own)      ~1-2 min
+#   ft_actor       fine-tune on cache_actor (during eval_own and forget_own)      ~1 min
 #   eval_*, forget_*  each fine-tuned VLA on 0..99 and on the training seeds 200..299 ~1 min each
-# then bench/flywheel_table.py writes table.json and summary.md; 628 s in all (H200, 2026-12-03).
-# Fine-tuning (why these defaults): the default was trained at batch 256, peak rate 3e-4, on
-# 32.7k image frames, and its best validation came at ~14 epochs (stage1_peg.sh). The data here
-# is ~16-25k frames of already good behaviour, so: the same batch, a third of the rate (1e-4;
-# the flywheel's CPU example saw a fresh run's rate make a small fine-tune worse), 100 warm-up
-# steps, cosine over 1000 steps (~10-16 epochs; 97-179 s measured on the H200), 10 held-out
-# episodes and the best-validation weights kept (checked every 100 steps), so too many epochs
-# cannot make it worse on held-out episodes of the data. Override with FT_STEPS, FT_BATCH,
-# FT_LR, FT_WARMUP, FT_VAL_EPISODES, FT_MINUTES (the cap); seeds with HELDOUT_SEEDS,
-# TRAIN_SEEDS, FORGET_SEEDS ("A..B" or a list); STAGE2_RUN (default: the embedded actor).
+# then bench/flywheel_table.py writes table.json and summary.md; 568 s in all (H200, 2026-12-03:
+# default 0.66, own-success 0.71, actor-success 0.81 on seeds 0..99; bench/RESULTS.md).
+# Fine-tuning (why these defaults): the caches train on the frames that start a chunk only
+# (rpent_agents/stage1/record_export.py says why; the 2026-12-03 job trained on every frame and
+# lost 19-24 points), ~1.6-2.5k image frames here, a tenth of the recorded steps. The default
+# was trained at batch 256, peak rate 3e-4, on 32.7k image frames (best validation at ~14
+# epochs, stage1_peg.sh); here: the same batch, a third of the rate (1e-4), 25 warm-up steps,
+# cosine over 300 steps (~30-50 epochs), 10 held-out episodes checked every 25 steps and the
+# best-validation weights kept, so the epochs cannot make it worse on held-out episodes of
+# the data. Override with FT_STEPS, FT_BATCH, FT_LR, FT_WARMUP, FT_VAL_EPISODES, FT_LOG_EVERY,
+# FT_MINUTES (the cap); seeds with HELDOUT_SEEDS, TRAIN_SEEDS, FORGET_SEEDS ("A..B" or a
+# list); STAGE2_RUN (default: the embedded actor).
 # $OUT (default /tmp/out) gets flywheel_gain.tar.gz (logs, run summaries, export reports,
 # fine-tune configs and TensorBoard files, table.json, summary.md), table.json, summary.md,
 # ft_actor.safetensors.xz.a? (the actor-success weights, split: join with cat), then done.
@@ -99,9 +101,9 @@ fine_tune() {  # CACHE CHECKPOINT: the default fine-tuned on CACHE/frames.npz
   if [ ! -f "$work/$1/frames.npz" ]; then echo "no frames in $1: $2 not trained"; return; fi
   python3 -m rpent_agents.stage1.train train --data "$work/$1/frames.npz" \
     --init-from "$checkpoint" --output-dir "$work/$2" --device "$DEVICE" \
-    --steps "${FT_STEPS:-1000}" --batch-size "${FT_BATCH:-256}" \
-    --learning-rate "${FT_LR:-1e-4}" --warmup-steps "${FT_WARMUP:-100}" \
-    --val-episodes "${FT_VAL_EPISODES:-10}" --log-every "${FT_LOG_EVERY:-100}" \
+    --steps "${FT_STEPS:-300}" --batch-size "${FT_BATCH:-256}" \
+    --learning-rate "${FT_LR:-1e-4}" --warmup-steps "${FT_WARMUP:-25}" \
+    --val-episodes "${FT_VAL_EPISODES:-10}" --log-every "${FT_LOG_EVERY:-25}" \
     --save-every 1000000 --max-minutes "${FT_MINUTES:-4}" --weights-dtype bfloat16 \
     2>&1 | progress_free > "$work/logs/$2.log"
   grep -o "step [0-9]*: {.*" "$work/logs/$2.log" | tail -n 1
@@ -116,8 +118,8 @@ cat > "$work/settings.json" <<JSON
 {"workers": $workers, "render": "$RENDER", "device": "$DEVICE", "checkpoint": "$checkpoint",
  "stage2_run": "${STAGE2_RUN:-embedded default actor}", "max_episode_steps": "${MAX_EPISODE_STEPS:-env}",
  "heldout_seeds": "${HELDOUT_SEEDS:-0..99}", "train_seeds": "${TRAIN_SEEDS:-200..499}",
- "forget_seeds": "${FORGET_SEEDS:-200..299}", "ft_steps": ${FT_STEPS:-1000},
- "ft_batch": ${FT_BATCH:-256}, "ft_lr": ${FT_LR:-1e-4}, "ft_warmup": ${FT_WARMUP:-100},
+ "forget_seeds": "${FORGET_SEEDS:-200..299}", "ft_steps": ${FT_STEPS:-300},
+ "ft_batch": ${FT_BATCH:-256}, "ft_lr": ${FT_LR:-1e-4}, "ft_warmup": ${FT_WARMUP:-25},
  "ft_val_episodes": ${FT_VAL_EPISODES:-10}, "ft_max_minutes": ${FT_MINUTES:-4}}
 JSON
 # shellcheck disable=SC2086  # the seed lists split into words on purpose

@@ -8,13 +8,21 @@ tasks, executed actions linked to a valid prediction of an exported source), the
 and the recorders are needed, so a machine without lerobot (the GPU machine) turns its own
 records into fine-tuning data for `rpent-stage1 train --data O/frames.npz --init-from C`.
 
-The cache keeps the two cameras (`image`, `wrist_image`), `state`, `actions` and the
-instruction of each frame; other observation keys are not kept. It is built in memory
-(~100 KB a frame at 128 px) and written when the export ends.
+The cache keeps `state`, `actions` and the instruction of each frame, and the two cameras
+(`image`, `wrist_image`) of the frames that start a chunk: the steps a prediction was made
+from. Those are the frames Stage 1 trains on. A policy that executes its chunks open loop
+chose the action of a mid-chunk frame from an observation steps earlier; trained to predict
+the next chunk from the mid-chunk frame, the VLA learns to continue a plan it cannot see. On
+the peg task the embedded default reproduces its own recorded chunk at chunk starts (squared
+error 0.000) but not from mid-chunk frames (0.06-0.21 in normalised units), and a fine-tune
+on every frame lost 19-24 points (bench/RESULTS.md). Other observation keys are not kept.
+The cache is built in memory (~100 KB an image frame at 128 px) and written when the export
+ends.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -29,7 +37,9 @@ from rpent_agents.stage1.frame_cache import (
 )
 
 FRAME_KEYS = (*IMAGE_KEYS, "state", "actions", "task")
-"""What the cache keeps of each exported frame."""
+"""What the cache keeps of a frame that starts a chunk (the others: all but the images)."""
+
+logger = logging.getLogger(__name__)
 
 
 class FrameCacheSink:
@@ -42,8 +52,12 @@ class FrameCacheSink:
         self.episodes: list[list[dict[str, Any]]] = []
         self.episode: list[dict[str, Any]] = []
 
-    def add_frame(self, frame: dict[str, Any]) -> None:
+    def add_frame(self, frame: dict[str, Any], starts_chunk: bool) -> None:
         """Keep the cache's keys of `frame` in the episode being gathered.
+
+        Every frame keeps its state, action and instruction (the chunk targets of the frames
+        before it); only a frame that starts its prediction's chunk keeps its images, so only
+        such frames are trained on.
 
         Raises:
             NotDemonstrationDataError: When the recorded observation lacks a camera or `state`.
@@ -55,7 +69,8 @@ class FrameCacheSink:
                 f" {missing}; a Stage 1 frame cache needs {list(FRAME_KEYS)}: record an env with"
                 " both cameras and a state (the peg env with obs_mode 'rgb')"
             )
-        self.episode.append({key: frame[key] for key in FRAME_KEYS})
+        kept_keys = FRAME_KEYS if starts_chunk else FRAME_KEYS[len(IMAGE_KEYS) :]
+        self.episode.append({key: frame[key] for key in kept_keys})
 
     def end_episode(self) -> int:
         """Close the episode being gathered; returns its frames."""
@@ -70,10 +85,15 @@ class FrameCacheSink:
         self.episodes, self.episode = [], []
 
     def finalize(self) -> str | None:
-        """Write the cache; returns "frames.npz" (None when no frame came)."""
-        if not self.episodes:
+        """Write the cache; returns "frames.npz" (None when no frame starting a chunk came)."""
+        image_frames = sum(IMAGE_KEYS[0] in frame for episode in self.episodes for frame in episode)
+        if not image_frames:
             return None
-        cache_from_episodes(self.episodes).save(self.path)
+        cache = cache_from_episodes(self.episodes)
+        logger.info(
+            "%d frames, %d of them start a chunk (trained on)", len(cache), len(cache.image_step)
+        )
+        cache.save(self.path)
         self.episodes = []
         return CACHE_FILE
 

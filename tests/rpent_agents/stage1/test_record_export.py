@@ -74,15 +74,26 @@ def report_without_paths(export_dir):
 
 
 @pytest.mark.parametrize(
-    ("include_sources", "episode_frames", "excluded_actions"),
+    ("include_sources", "episode_frames", "chunk_starts", "excluded_actions"),
     [
-        ((), [4, 3, 3, 2, 2, 2], {"image_missing": 1, "source_actor": 4, "source_scripted": 1}),
-        (("actor",), [4, 3, 9, 2, 2], {"image_missing": 1, "source_scripted": 1}),
+        (
+            (),
+            [4, 3, 3, 2, 2, 2],
+            [0, 4, 7, 10, 12],
+            {"image_missing": 1, "source_actor": 4, "source_scripted": 1},
+        ),
+        (
+            ("actor",),
+            [4, 3, 9, 2, 2],
+            [0, 4, 7, 10, 14, 16],
+            {"image_missing": 1, "source_scripted": 1},
+        ),
     ],
 )
 def test_the_cache_holds_the_lerobot_exports_frames_and_report(
-    run_dir, tmp_path, include_sources, episode_frames, excluded_actions
+    run_dir, tmp_path, include_sources, episode_frames, chunk_starts, excluded_actions
 ):
+    """Same frames and report as the LeRobot export; images only where a chunk starts."""
     cache_report = export_frame_cache(run_dir, tmp_path / "cache", include_sources)
     export_flywheel(
         run_dir, tmp_path / "lerobot", use_videos=False, include_sources=include_sources
@@ -97,8 +108,11 @@ def test_the_cache_holds_the_lerobot_exports_frames_and_report(
     cache = FrameCache.load(tmp_path / "cache" / CACHE_FILE)
     reference = cache_from_lerobot(tmp_path / "lerobot" / "train")
     assert np.bincount(cache.episode_index).tolist() == episode_frames
-    for key in ("image", "wrist_image", "state", "actions", "episode_index", "image_step"):
+    for key in ("state", "actions", "episode_index"):
         np.testing.assert_array_equal(getattr(cache, key), getattr(reference, key), err_msg=key)
+    assert cache.image_step.tolist() == chunk_starts
+    for key in ("image", "wrist_image"):
+        np.testing.assert_array_equal(getattr(cache, key), getattr(reference, key)[chunk_starts])
     instructions = [[c.tasks[i] for i in c.task_index] for c in (cache, reference)]
     assert instructions[0] == instructions[1] and set(instructions[0]) == {INSERT, PUSH}
 
