@@ -86,8 +86,7 @@ class FrameCacheSink:
 
     def finalize(self) -> str | None:
         """Write the cache; returns "frames.npz" (None when no frame starting a chunk came)."""
-        image_frames = sum(IMAGE_KEYS[0] in frame for episode in self.episodes for frame in episode)
-        if not image_frames:
+        if not any(IMAGE_KEYS[0] in frame for episode in self.episodes for frame in episode):
             return None
         cache = cache_from_episodes(self.episodes)
         logger.info(
