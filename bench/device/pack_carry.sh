@@ -4,6 +4,12 @@
 # SAPIEN and their small pure-Python needs travel here. SAPIEN is carried as a trimmed tar.xz
 # (no C++ headers, no CUDA denoiser, no stereo pattern: 30 MB instead of 51 MB).
 # On the device: bash bench/device/unpack_carry.sh && export PYTHONPATH=/tmp/site:$PWD
+# A device call carries the work tree and the carry, 64 MiB in all: the tracked tree is ~36 MB
+# (the default checkpoint 17.8 MB, the default actor 9.8 MB, bench/figures ~6 MB), .carry
+# 44 MB. Move bench/figures, docs/images and rpent_agents/stage2/default_actor/weights.pt out of
+# the tree for the call (Stage 1/2 jobs read none of them); a job that acts with the default
+# actor (flywheel_gain.sh) does not fit beside .carry: give it STAGE2_RUN, an actor's
+# weights.pt already on the machine (a Stage 2 run of the same lease).
 #   bash bench/device/pack_carry.sh      # .carry/: ManiSkill, SAPIEN, GL loaders (Stage 1/2 jobs)
 #   bash bench/device/pack_carry.sh pi   # .carry_pi/: LeRobot's PI05 stack (featurize.sh,
 #                                        # pi05_fast_path.sh)

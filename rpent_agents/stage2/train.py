@@ -501,12 +501,17 @@ def train(args: TrainArgs) -> LearningResults:
 # values it above the actor's (the actor breaks fewer of the base's successes). The critic is
 # RLPD's ensemble: 10 heads, the TD target's minimum over 2 drawn per update, the actor on
 # their mean (H200, 300k env steps, two leases: finals 0.83 and 0.87 against the twin
-# critic's 0.80 and 0.81 on the same seeds).
+# critic's 0.80 and 0.81 on the same seeds). Its discount is 0.98 per step (reference 0.99):
+# a chunk of 10 steps saved is then worth 18% of Q instead of 10%, and on the embedded
+# checkpoint two runs each ended at 0.98 and 0.96 against 0.93 and 0.93 at 0.99, their
+# critical phase a little shorter (10 and 9.5 steps against 11 and 10; the base's 11); 0.97
+# gave 0.92 at 8 steps, 0.95 0.87 at 6 (H200, bench/RESULTS.md, the eighth lease).
 # tests/rpent_agents/stage2/test_learning.py and bench/RESULTS.md show what each change does.
 SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     num_q_heads=10,
     target_q_heads=2,
     actor_q="mean",
+    gamma=0.98,
     learning_starts=1000,
     warmup_updates=3000,
     weight_warmup_updates=2000,
@@ -541,11 +546,11 @@ PRESETS = {
     ),
     "sample-efficient": (
         "the schedule scaled to a 300k env-step budget (learning after 1000 transitions, "
-        "the actor after 3000 updates), 4 updates per transition, normalized Q term, "
-        "exploration noise 0.05, expert takeover of stalls with half of each batch from its "
-        "chunks, evaluation filtered by the critic; the actor also drives after 4 chunks "
-        "without the peg held (a missed or lost grasp); training scenes kept for 8 resets; the "
-        "loop goes on once 8 workers have answered (asynchronous stepping)",
+        "the actor after 3000 updates), 4 updates per transition, discount 0.98, normalized "
+        "Q term, exploration noise 0.05, expert takeover of stalls with half of each batch "
+        "from its chunks, evaluation filtered by the critic; the actor also drives after 4 "
+        "chunks without the peg held (a missed or lost grasp); training scenes kept for 8 "
+        "resets; the loop goes on once 8 workers have answered (asynchronous stepping)",
         TrainArgs(
             env=SAMPLE_EFFICIENT_ENV,
             stage2=SAMPLE_EFFICIENT_STAGE2,

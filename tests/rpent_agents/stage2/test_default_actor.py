@@ -36,7 +36,7 @@ def test_its_results_name_its_weights_the_embedded_checkpoint_and_the_held_out_s
     assert RESULTS["success_rate"] == len(RESULTS["successful_seeds"]) / 100
     assert RESULTS["success_rate"] > RESULTS["base_success_rate"]
     assert RESULTS["env_steps"] > 0 and "rpent-stage2" in RESULTS["command"]
-    assert (DEFAULT_ACTOR_DIR / "weights.pt").stat().st_size < 5_000_000
+    assert (DEFAULT_ACTOR_DIR / "weights.pt").stat().st_size < 12_000_000
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,8 @@ def test_it_acts_on_the_embedded_checkpoints_features_as_its_learner_would(peg_e
     dims = RLTDims.from_observation_space(policy.vla.space)
     # the run evaluated through its critic (eval_q_filter): the default actor acts so too
     assert RESULTS["stage2_config"]["eval_q_filter"] and policy.actor.q_filter is not None
-    learner = Stage2Learner(Stage2Config(device="cpu", eval_q_filter=True), dims)
+    # its run's config (the critic's heads, the Q filter), on the CPU
+    learner = Stage2Learner(Stage2Config(**RESULTS["stage2_config"] | {"device": "cpu"}), dims)
     load_weights(learner, DEFAULT_ACTOR_DIR)
     np.testing.assert_allclose(
         decision.chunk.reshape(1, -1), learner.act(features, deterministic=True), atol=1e-6
