@@ -87,6 +87,7 @@ def _random_states(learner: Stage2Learner) -> dict[str, Any]:
 
 
 def _learner_state(learner: Stage2Learner, extra: dict[str, Any]) -> dict[str, Any]:
+    learner.wait_for_updates()
     return {
         "dims": dataclasses.asdict(learner.dims),
         "actor": learner.actor.state_dict(),
@@ -213,6 +214,7 @@ def save_weights(learner: Stage2Learner, path: Path, gate: Mapping[str, Any] | N
     Raises:
         ValueError: When a weight holds NaN or inf (nothing is written).
     """
+    learner.wait_for_updates()
     weights = {
         "format": WEIGHTS_FORMAT,
         "dims": dataclasses.asdict(learner.dims),
@@ -271,6 +273,7 @@ def load_weights(learner: Stage2Learner, path: Path) -> None:
     """
     path, weights = read_weights(path)
     check_weights_fit(path, weights, learner.dims, learner.config.chunk_len, "this learner")
+    learner.wait_for_updates()
     for actor in (learner.actor, learner.acting_actor):
         actor.load_state_dict(weights["actor"])
     learner.critic.load_state_dict(weights["critic"])

@@ -12,6 +12,10 @@ training loop reads them after the workers' chunks, so the CPU waits for the wor
 GPU runs the updates). On a CUDA device each update is replayed as a
 captured CUDA graph (`Stage2Config.cuda_graphs`): one graph per update kind (with or without
 the actor step and the target update), fed through a static batch and static loss weights.
+With `Stage2Config.update_stream` the updates are queued on a CUDA stream of their own, so the
+process's other GPU work (featurizing the workers' observations) need not queue behind them;
+every method that reads or writes what the updates use (acting, storing, scalars, saving)
+first makes the current stream wait for them (`wait_for_updates`).
 
 An optimizer step whose loss or gradient norm is NaN or inf is skipped, on the device, and
 counted (`stage2.step_guard`; scalars `train/rlt/skipped_critic_steps` and
@@ -21,8 +25,9 @@ counted (`stage2.step_guard`; scalars `train/rlt/skipped_critic_steps` and
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -56,13 +61,18 @@ class TrainStepScalars(NamedTuple):
     Attributes:
         device_values: Scalar tensors on the learner's device, by name.
         host_values: Scalars already on the host, by name.
+        updates_done: Recorded on the update stream after the step's updates
+            (`Stage2Config.update_stream`); None when they ran on the current stream.
     """
 
     device_values: dict[str, torch.Tensor]
     host_values: dict[str, float]
+    updates_done: torch.cuda.Event | None = None
 
     def read(self) -> dict[str, float]:
         """All scalars as floats (one device read)."""
+        if self.updates_done is not None:
+            self.updates_done.wait()  # the current stream reads after the updates
         return read_scalars(self.device_values) | self.host_values
 
 
@@ -178,6 +188,11 @@ class Stage2Learner:
             else copy.deepcopy(self.actor).requires_grad_(False)
         )
         self.use_cuda_graphs = config.cuda_graphs and self.device.type == "cuda"
+        self.update_stream = (
+            torch.cuda.Stream(self.device)
+            if config.update_stream and self.device.type == "cuda"
+            else None
+        )
         self.actor_optimizer = _adam(self.actor, config.actor_lr, self.use_cuda_graphs)
         self.critic_optimizer = _adam(self.critic, config.critic_lr, self.use_cuda_graphs)
         replay_device = self.device if config.replay_on_device else torch.device("cpu")
@@ -208,6 +223,7 @@ class Stage2Learner:
             obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
             deterministic: Use the mean (evaluation) instead of adding the fixed noise.
         """
+        self.wait_for_updates()
         q_filter = self.critic if deterministic and self.config.eval_q_filter else None
         actor = self.acting_actor if deterministic else self.actor
         return act_chunks(actor, obs, deterministic, self.noise_generator, q_filter)
@@ -222,6 +238,7 @@ class Stage2Learner:
         stored = [transition for transition in transitions if transition is not None]
         if not stored:
             return [None] * len(transitions)
+        self.wait_for_updates()
         obs = obs_to_tensors(
             {key: np.stack([getattr(transition, key) for transition in stored])
              for key in ("z_rl", "proprio", "ref_chunk")},
@@ -237,10 +254,12 @@ class Stage2Learner:
         refused = {"train/replay_buffer/refused_non_finite": float(self.replay.refused_non_finite)}
         if len(self.replay) == 0:
             return refused
+        self.wait_for_updates()
         return refused | {"diag/replay_rewarded_share": self.replay.rewarded_share()}
 
     def skipped_step_scalars(self) -> dict[str, float]:
         """Optimizer steps skipped so far for a non-finite loss or gradient, per network."""
+        self.wait_for_updates()
         return read_scalars(self._skipped_step_counts())
 
     def _skipped_step_counts(self) -> dict[str, torch.Tensor]:
@@ -251,7 +270,34 @@ class Stage2Learner:
 
     def add_transitions(self, transitions: Iterable[RLTTransition | None]) -> int:
         """Store the given transitions (None and non-finite ones are not); returns how many."""
+        self.wait_for_updates()  # the queued updates draw their batches from the slots first
         return self.replay.add_many([item for item in transitions if item is not None])
+
+    def wait_for_updates(self) -> None:
+        """Make the current stream's later work wait for the updates queued so far.
+
+        Only the device waits; the host goes on. A no-op unless the updates have a stream of
+        their own (`Stage2Config.update_stream`).
+        """
+        if self.update_stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self.update_stream)
+
+    @contextlib.contextmanager
+    def _on_update_stream(self) -> Iterator[torch.cuda.Event | None]:
+        """Queue the enclosed work on the update stream, after the current stream's work.
+
+        Yields:
+            None without an update stream; else an event recorded once the enclosed work is
+            queued, on exit (it completes when that work has run).
+        """
+        if self.update_stream is None:
+            yield None
+            return
+        done = torch.cuda.Event()
+        self.update_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.update_stream):
+            yield done
+            done.record()
 
     def train_step(self) -> dict[str, float]:
         """Run the updates the schedule allows now; returns the train-step scalars."""
@@ -261,11 +307,13 @@ class Stage2Learner:
         """Queue the updates the schedule allows now, reading nothing back from the device.
 
         On a GPU the call returns once the updates are launched; reading the returned scalars
-        waits for them (as does any other device read: acting, featurizing).
+        waits for them, as acting does (and featurizing, unless the updates have a stream of
+        their own: `Stage2Config.update_stream`).
         """
         planned = self.schedule.plan(self.update_step, self.replay.total_added)
         first_update = self.update_step
-        update_means = self._update_means(planned)
+        with self._on_update_stream() as updates_done:
+            device_values = self._update_means(planned) | self._skipped_step_counts()
         self.schedule.record_updates(planned)
         host_values = {
             "train/replay_buffer/size": float(len(self.replay)),
@@ -276,7 +324,7 @@ class Stage2Learner:
             ),
             "train/rlt/pending_update_budget": float(self.schedule.pending_update_budget),
         }
-        return TrainStepScalars(update_means | self._skipped_step_counts(), host_values)
+        return TrainStepScalars(device_values, host_values, updates_done)
 
     def _actor_updates_between(self, first_update: int, end_update: int) -> int:
         """Actor steps among updates first_update..end_update-1 (those divisible by the ratio)."""
@@ -291,7 +339,10 @@ class Stage2Learner:
             updates that stepped the actor (names as in the reference guide); empty when no
             update ran.
         """
-        return read_scalars(self._update_means(num_updates))
+        with self._on_update_stream():
+            means = self._update_means(num_updates)
+        self.wait_for_updates()
+        return read_scalars(means)
 
     def _update_means(self, num_updates: int) -> dict[str, torch.Tensor]:
         """Run `num_updates` updates; the means of `run_updates`, still on the device."""
@@ -318,7 +369,7 @@ class Stage2Learner:
         }
 
     def update(self, batch: RLTBatch) -> dict[str, torch.Tensor]:
-        """One update on `batch`; returns its scalars as device tensors.
+        """One update on `batch`, on the current stream; returns its scalars as device tensors.
 
         With CUDA graphs the tensors are the graph's outputs, overwritten by the next update of
         the same kind: copy (or sum, as `run_updates` does) what you keep.

@@ -1,6 +1,7 @@
 """Small RLT observations and transitions for the Stage 2 tests."""
 
 import numpy as np
+import torch
 
 from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner
 
@@ -73,3 +74,17 @@ def filled_learner(cuda_graphs: bool, **overrides) -> Stage2Learner:
     learner = Stage2Learner(config, DIMS)
     learner.add_transitions(random_transitions(200))
     return learner
+
+
+def network_tensors(learner: Stage2Learner) -> list[torch.Tensor]:
+    """Every tensor of the learner's four networks, in a fixed order."""
+    modules = (learner.actor, learner.acting_actor, learner.critic, learner.target_critic)
+    return [tensor for module in modules for tensor in module.state_dict().values()]
+
+
+def assert_same_learning(expected: Stage2Learner, learner: Stage2Learner) -> None:
+    """The two learners' networks hold the same weights (to float rounding)."""
+    for expected_tensor, tensor in zip(
+        network_tensors(expected), network_tensors(learner), strict=True
+    ):
+        torch.testing.assert_close(tensor, expected_tensor, rtol=1e-4, atol=1e-5)

@@ -7,26 +7,14 @@ These need a CUDA device, which CI never has; they run on the GPU machine
 import numpy as np
 import pytest
 import torch
-from stage2_helpers import filled_learner
+from stage2_helpers import assert_same_learning, filled_learner, network_tensors
 
-from rpent_agents.stage2 import Stage2Learner, resume_run, save_run
+from rpent_agents.stage2 import resume_run, save_run
 from rpent_agents.stage2.learner import UpdateKind
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
 )
-
-
-def network_tensors(learner: Stage2Learner) -> list[torch.Tensor]:
-    modules = (learner.actor, learner.acting_actor, learner.critic, learner.target_critic)
-    return [tensor for module in modules for tensor in module.state_dict().values()]
-
-
-def assert_same_learning(eager: Stage2Learner, graphed: Stage2Learner) -> None:
-    for eager_tensor, graphed_tensor in zip(
-        network_tensors(eager), network_tensors(graphed), strict=True
-    ):
-        torch.testing.assert_close(graphed_tensor, eager_tensor, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(

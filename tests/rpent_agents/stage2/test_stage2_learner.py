@@ -92,6 +92,13 @@ def test_a_queued_train_step_reads_as_train_step_with_its_own_skip_counts():
     assert queued.skipped_step_scalars()["train/rlt/skipped_critic_steps"] == 1.0
 
 
+def test_an_update_stream_on_the_cpu_changes_nothing():
+    fast = {"learning_starts": 0, "max_updates_per_train_step": 4}
+    with_stream, without = _learner(update_stream=True, **fast), _learner(**fast)
+    assert with_stream.train_step() == without.train_step()
+    assert torch.equal(_flat(with_stream.critic), _flat(without.critic))
+
+
 def _optimizer_tensors(optimizer):
     return [value.clone() for state in optimizer.state.values() for value in state.values()]
 

@@ -1,4 +1,5 @@
-"""The training loop's queued updates on a GPU: launched with no host read.
+"""The training loop's queued updates on a GPU: launched with no host read, and on a stream of
+their own (`Stage2Config.update_stream`) beside the process's other GPU work.
 
 Needs a CUDA device, which CI never has; runs on the GPU machine
 (`python -m pytest tests/rpent_agents/stage2/test_stage2_queued_updates.py`). Kept apart from
@@ -8,17 +9,30 @@ the CUDA-graph tests, whose failure turns the graphs off in the device jobs.
 import numpy as np
 import pytest
 import torch
-from stage2_helpers import filled_learner, random_transitions
+from stage2_helpers import assert_same_learning, filled_learner, random_transitions
+
+from rpent_agents.stage2 import Stage2Learner
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
 )
+QUEUED = {"learning_starts": 0, "update_schedule": False, "intervention_batch_share": 0.25}
 
 
-def test_a_queued_train_step_reads_nothing_back_from_the_device():
-    learner = filled_learner(
-        cuda_graphs=True, learning_starts=0, update_schedule=False, intervention_batch_share=0.25
-    )
+def stored_observations(learner: Stage2Learner, count: int) -> dict[str, np.ndarray]:
+    """Observations of `count` stored transitions, as the env gives them (numpy)."""
+    batch = learner.replay.sample(count)
+    obs = batch.obs
+    return {
+        "z_rl": obs.z_rl.cpu().numpy(),
+        "proprio": obs.proprio.cpu().numpy(),
+        "ref_chunk": obs.ref_chunk.cpu().numpy(),
+    }
+
+
+@pytest.mark.parametrize("update_stream", [False, True], ids=["current-stream", "own-stream"])
+def test_a_queued_train_step_reads_nothing_back_from_the_device(update_stream):
+    learner = filled_learner(cuda_graphs=True, update_stream=update_stream, **QUEUED)
     learner.run_updates(8)  # both update kinds captured
     learner.add_transitions(random_transitions(8, seed=1))
     torch.cuda.synchronize()
@@ -30,3 +44,42 @@ def test_a_queued_train_step_reads_nothing_back_from_the_device():
     read = scalars.read()
     assert read["train/rlt/critic_updates_run"] == learner.config.update_epoch
     assert np.isfinite(read["critic/critic_loss"])
+
+
+def test_updates_on_their_own_stream_learn_what_updates_on_the_current_stream_learn():
+    # The training loop's order: queue the updates, act, store, read the scalars.
+    same_stream = filled_learner(cuda_graphs=True, update_stream=False, **QUEUED)
+    own_stream = filled_learner(cuda_graphs=True, update_stream=True, **QUEUED)
+    obs = stored_observations(same_stream, 6)
+    for step in range(6):
+        trained = []
+        for learner in (same_stream, own_stream):
+            scalars = learner.start_train_step()
+            chunks = learner.act(obs)
+            learner.add_transitions(random_transitions(8, seed=10 + step))
+            q_values = learner.q_values(random_transitions(3, seed=20 + step))
+            trained.append((scalars.read(), chunks, q_values))
+        (same_scalars, same_chunks, same_q), (own_scalars, own_chunks, own_q) = trained
+        assert own_scalars == pytest.approx(same_scalars, rel=1e-4, abs=1e-6)
+        np.testing.assert_allclose(own_chunks, same_chunks, rtol=1e-4, atol=1e-5)
+        assert own_q == pytest.approx(same_q, rel=1e-4, abs=1e-6)
+    assert_same_learning(same_stream, own_stream)
+
+
+def test_the_current_stream_runs_beside_the_queued_updates_and_acting_waits_for_them():
+    learner = filled_learner(cuda_graphs=True, update_stream=True, **QUEUED)
+    learner.run_updates(8)
+    obs = stored_observations(learner, 4)
+    with torch.cuda.stream(learner.update_stream):
+        torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU clock ahead of the queued updates
+    learner.start_train_step()
+
+    featurized = torch.ones(64, device="cuda").sum()  # the loop's own work meanwhile
+    done = torch.cuda.Event()
+    done.record()
+    done.synchronize()
+    assert not learner.update_stream.query()  # it did not wait for the updates
+    assert featurized.item() == 64
+
+    learner.act(obs)
+    assert learner.update_stream.query()  # acting came after them
