@@ -139,11 +139,11 @@ class Stage2Config:
     """On a CUDA device, replay each update as a captured CUDA graph (the same maths in one
     launch instead of hundreds; the first update runs eagerly). Ignored on the CPU."""
     update_stream: bool = False
-    """On a CUDA device, queue the updates on a CUDA stream of their own instead of the
-    process's current one, so the work queued after them there (the training loop's
-    featurizing) runs beside them instead of waiting for them; acting, storing transitions,
-    reading scalars and saving wait for the updates queued before, so the learning is the
-    same. Ignored on the CPU."""
+    """On a CUDA device, queue the updates on a CUDA stream of their own (the lowest
+    priority) instead of the process's current one, so the work queued after them there (the
+    training loop's featurizing, on a stream of higher priority) runs beside them instead of
+    waiting for them; acting, storing transitions, reading scalars and saving wait for the
+    updates queued before, so the learning is the same. Ignored on the CPU."""
 
     seed: int = 1234
     """Seed of network initialisation, sampling and noise."""

@@ -13,9 +13,10 @@ GPU runs the updates). On a CUDA device each update is replayed as a
 captured CUDA graph (`Stage2Config.cuda_graphs`): one graph per update kind (with or without
 the actor step and the target update), fed through a static batch and static loss weights.
 With `Stage2Config.update_stream` the updates are queued on a CUDA stream of their own, so the
-process's other GPU work (featurizing the workers' observations) need not queue behind them;
-every method that reads or writes what the updates use (acting, storing, scalars, saving)
-first makes the current stream wait for them (`wait_for_updates`).
+process's other GPU work (featurizing the workers' observations) need not queue behind them
+(within `ahead_of_updates` that work also runs at a higher stream priority); every method that
+reads or writes what the updates use (acting, storing, scalars, saving) first makes the current
+stream wait for them (`wait_for_updates`).
 
 An optimizer step whose loss or gradient norm is NaN or inf is skipped, on the device, and
 counted (`stage2.step_guard`; scalars `train/rlt/skipped_critic_steps` and
@@ -42,6 +43,8 @@ from rpent_agents.stage2.schedules import UpdateSchedule, actor_loss_weights
 from rpent_agents.stage2.step_guard import step_unless_non_finite
 
 NETWORKS = ("critic", "actor")
+# CUDA stream priorities: lower is higher; the default stream's is 0, the lowest.
+ROLLOUT_STREAM_PRIORITY = -1
 # Batches drawn from the replay at once (one gather per field): a train step's updates, up to
 # this many (bounds the drawn memory: ~0.3 GB at pi0.5's RL token size and batch 512).
 BATCHES_PER_DRAW = 32
@@ -281,6 +284,25 @@ class Stage2Learner:
         """
         if self.update_stream is not None:
             torch.cuda.current_stream(self.device).wait_stream(self.update_stream)
+
+    @contextlib.contextmanager
+    def ahead_of_updates(self) -> Iterator[None]:
+        """Run the enclosed GPU work on a stream of higher priority than the update stream.
+
+        The training loop's featurizing and acting then go before queued updates wherever the
+        GPU has to choose. A no-op unless the updates have a stream of their own
+        (`Stage2Config.update_stream`); the work before and after the block is ordered with
+        the enclosed work as on one stream.
+        """
+        if self.update_stream is None:
+            yield
+            return
+        outer = torch.cuda.current_stream(self.device)
+        rollout_stream = torch.cuda.Stream(self.device, priority=ROLLOUT_STREAM_PRIORITY)
+        rollout_stream.wait_stream(outer)
+        with torch.cuda.stream(rollout_stream):
+            yield
+        outer.wait_stream(rollout_stream)
 
     @contextlib.contextmanager
     def _on_update_stream(self) -> Iterator[torch.cuda.Event | None]:

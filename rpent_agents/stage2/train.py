@@ -168,6 +168,10 @@ class Stage2Run:
 
     def run(self) -> LearningResults:
         """Train until total_env_steps or the time budget; evaluate and save at the end."""
+        with self.learner.ahead_of_updates():  # featurizing and acting before queued updates
+            return self._run()
+
+    def _run(self) -> LearningResults:
         if self.results.base_success_rate is None:
             self.measure_base_policy()
         self.checkpoint()

@@ -54,11 +54,12 @@ def test_updates_on_their_own_stream_learn_what_updates_on_the_current_stream_le
     for step in range(6):
         trained = []
         for learner in (same_stream, own_stream):
-            scalars = learner.start_train_step()
-            chunks = learner.act(obs)
-            learner.add_transitions(random_transitions(8, seed=10 + step))
-            q_values = learner.q_values(random_transitions(3, seed=20 + step))
-            trained.append((scalars.read(), chunks, q_values))
+            with learner.ahead_of_updates():  # as `rpent-stage2` runs
+                scalars = learner.start_train_step()
+                chunks = learner.act(obs)
+                learner.add_transitions(random_transitions(8, seed=10 + step))
+                q_values = learner.q_values(random_transitions(3, seed=20 + step))
+                trained.append((scalars.read(), chunks, q_values))
         (same_scalars, same_chunks, same_q), (own_scalars, own_chunks, own_q) = trained
         assert own_scalars == pytest.approx(same_scalars, rel=1e-4, abs=1e-6)
         np.testing.assert_allclose(own_chunks, same_chunks, rtol=1e-4, atol=1e-5)
@@ -83,3 +84,13 @@ def test_the_current_stream_runs_beside_the_queued_updates_and_acting_waits_for_
 
     learner.act(obs)
     assert learner.update_stream.query()  # acting came after them
+
+
+def test_the_loop_s_own_work_runs_at_a_higher_priority_than_the_updates():
+    learner = filled_learner(cuda_graphs=True, update_stream=True, **QUEUED)
+    outer = torch.cuda.current_stream()
+    with learner.ahead_of_updates():
+        inner = torch.cuda.current_stream()
+        assert inner != outer
+        assert inner.priority < learner.update_stream.priority  # lower is higher
+    assert torch.cuda.current_stream() == outer
