@@ -76,6 +76,16 @@ def filled_learner(cuda_graphs: bool, **overrides) -> Stage2Learner:
     return learner
 
 
+def stored_observations(learner: Stage2Learner, count: int) -> dict[str, np.ndarray]:
+    """The observations of `count` stored transitions drawn at random, as the env gives them."""
+    obs = learner.replay.sample(count).obs
+    return {
+        "z_rl": obs.z_rl.cpu().numpy(),
+        "proprio": obs.proprio.cpu().numpy(),
+        "ref_chunk": obs.ref_chunk.cpu().numpy(),
+    }
+
+
 def network_tensors(learner: Stage2Learner) -> list[torch.Tensor]:
     """Every tensor of the learner's four networks, in a fixed order."""
     modules = (learner.actor, learner.acting_actor, learner.critic, learner.target_critic)

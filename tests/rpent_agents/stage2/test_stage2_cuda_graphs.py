@@ -7,7 +7,12 @@ These need a CUDA device, which CI never has; they run on the GPU machine
 import numpy as np
 import pytest
 import torch
-from stage2_helpers import assert_same_learning, filled_learner, network_tensors
+from stage2_helpers import (
+    assert_same_learning,
+    filled_learner,
+    network_tensors,
+    stored_observations,
+)
 
 from rpent_agents.stage2 import resume_run, save_run
 from rpent_agents.stage2.learner import UpdateKind
@@ -65,12 +70,7 @@ def test_graphed_run_resumes_and_continues_like_an_uninterrupted_one(tmp_path):
 def test_acting_between_graph_replays_draws_fresh_noise():
     learner = filled_learner(cuda_graphs=True)
     learner.run_updates(6)
-    batch = learner.replay.sample(4)
-    obs = {
-        "z_rl": batch.obs.z_rl.cpu().numpy(),
-        "proprio": batch.obs.proprio.cpu().numpy(),
-        "ref_chunk": batch.obs.ref_chunk.cpu().numpy(),
-    }
+    obs = stored_observations(learner, 4)
 
     first, second = learner.act(obs), learner.act(obs)
     learner.run_updates(4)

@@ -9,25 +9,17 @@ the CUDA-graph tests, whose failure turns the graphs off in the device jobs.
 import numpy as np
 import pytest
 import torch
-from stage2_helpers import assert_same_learning, filled_learner, random_transitions
-
-from rpent_agents.stage2 import Stage2Learner
+from stage2_helpers import (
+    assert_same_learning,
+    filled_learner,
+    random_transitions,
+    stored_observations,
+)
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
 )
 QUEUED = {"learning_starts": 0, "update_schedule": False, "intervention_batch_share": 0.25}
-
-
-def stored_observations(learner: Stage2Learner, count: int) -> dict[str, np.ndarray]:
-    """Observations of `count` stored transitions, as the env gives them (numpy)."""
-    batch = learner.replay.sample(count)
-    obs = batch.obs
-    return {
-        "z_rl": obs.z_rl.cpu().numpy(),
-        "proprio": obs.proprio.cpu().numpy(),
-        "ref_chunk": obs.ref_chunk.cpu().numpy(),
-    }
 
 
 @pytest.mark.parametrize("update_stream", [False, True], ids=["current-stream", "own-stream"])
