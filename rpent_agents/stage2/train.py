@@ -505,17 +505,20 @@ def train(args: TrainArgs) -> LearningResults:
 # values it above the actor's (the actor breaks fewer of the base's successes). The critic is
 # RLPD's ensemble: 10 heads, the TD target's minimum over 2 drawn per update, the actor on
 # their mean (H200, 300k env steps, two leases: finals 0.83 and 0.87 against the twin
-# critic's 0.80 and 0.81 on the same seeds). Its discount is 0.98 per step (reference 0.99):
-# a chunk of 10 steps saved is then worth 18% of Q instead of 10%, and on the embedded
-# checkpoint two runs each ended at 0.98 and 0.96 against 0.93 and 0.93 at 0.99, their
-# critical phase a little shorter (10 and 9.5 steps against 11 and 10; the base's 11); 0.97
-# gave 0.92 at 8 steps, 0.95 0.87 at 6 (H200, bench/RESULTS.md, the eighth lease).
+# critic's 0.80 and 0.81 on the same seeds). Its discount is 0.97 per step (reference 0.99):
+# a chunk of 10 steps saved is then worth 26% of Q instead of 10%, and the actor finishes
+# the critical phase sooner. On the embedded checkpoint (base 0.79, its critical phase 11
+# steps): 0.97 ended at 0.92 and 0.96 with a critical phase of 8 and 7 steps; 0.98 at 0.98,
+# 0.96, 0.93 and 0.87 with 9-10 steps; 0.99 twice at 0.93 with 10-11; 0.95 at 0.87 with 6
+# (H200, bench/RESULTS.md, the eighth and ninth leases). The updates run on a CUDA stream of
+# their own, so featurizing does not queue behind them (H200, one lease: 1516 env steps/s
+# against 1470-1480 in four runs on one stream).
 # tests/rpent_agents/stage2/test_learning.py and bench/RESULTS.md show what each change does.
 SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     num_q_heads=10,
     target_q_heads=2,
     actor_q="mean",
-    gamma=0.98,
+    gamma=0.97,
     learning_starts=1000,
     warmup_updates=3000,
     weight_warmup_updates=2000,
@@ -526,6 +529,7 @@ SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     reference_on_interventions="observed",
     intervention_batch_share=0.5,
     eval_q_filter=True,
+    update_stream=True,
 )
 # Training episodes keep their scene for 8 resets (sizes are redrawn every 8 episodes per
 # worker; evaluations rebuild every scene from its seed): a reset then costs a fraction of a
