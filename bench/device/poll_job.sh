@@ -7,6 +7,8 @@
 # (default $JOB/done): the file the job writes last. Files larger than MAX_FILE_MB (default 12)
 # are left out of the pack (a call brings back at most 16 MiB per file) and listed; a pack
 # larger than that comes back in parts of MAX_FILE_MB: `cat job.tgz.part_* | tar -xz` here.
+# A call brings back 64 MiB in all: LEAVE_OUT (a file name pattern, e.g. '*.pt') keeps
+# matching files out of the pack (copy the few you need into $OUT in a later call).
 set -uo pipefail
 job="${JOB:-/tmp/job}"
 done_file="${DONE_FILE:-$job/done}"
@@ -19,7 +21,7 @@ done
 too_large=$(find "$job" -type f -size +"${MAX_FILE_MB:-12}"M 2>/dev/null)
 [ -z "$too_large" ] || echo "left out (over ${MAX_FILE_MB:-12} MB): $too_large"
 pack="$out/$(basename "$job").tgz"
-find "$job" -type f ! -size +"${MAX_FILE_MB:-12}"M -printf '%P\n' 2>/dev/null \
+find "$job" -type f ! -size +"${MAX_FILE_MB:-12}"M ! -name "${LEAVE_OUT:-}" -printf '%P\n' 2>/dev/null \
   | tar -czf "$pack" -C "$job" -T - 2>/dev/null
 if [ "$(stat -c %s "$pack")" -gt $((${MAX_FILE_MB:-12} * 1024 * 1024)) ]; then
   split -b "${MAX_FILE_MB:-12}m" "$pack" "$pack.part_" && rm "$pack"

@@ -54,6 +54,9 @@ DEFAULT_ACTOR_DIR = Path(__file__).parent / "default_actor"
 RUN_NETWORKS = ("actor", "acting_actor", "critic", "target_critic")
 """A run's networks; "acting_actor" is the Polyak-averaged actor (`acting_actor_tau`), or the
 trained actor again (a run saved before it existed lacks it: its actor acted)."""
+BEHAVIOUR_NETWORKS = {"behaviour_actor": "actor", "behaviour_critic": "critic"}
+"""Training's acting copies (`act_during_updates`), saved beside a run's networks, and the
+network each copies."""
 WEIGHTS_NETWORKS = ("actor", "critic")
 
 
@@ -94,6 +97,11 @@ def _learner_state(learner: Stage2Learner, extra: dict[str, Any]) -> dict[str, A
         "acting_actor": learner.acting_actor.state_dict(),
         "critic": learner.critic.state_dict(),
         "target_critic": learner.target_critic.state_dict(),
+        **{
+            name: getattr(learner, name).state_dict()
+            for name in BEHAVIOUR_NETWORKS
+            if getattr(learner, name) is not None
+        },
         "actor_optimizer": learner.actor_optimizer.state_dict(),
         "critic_optimizer": learner.critic_optimizer.state_dict(),
         "update_step": learner.update_step,
@@ -182,6 +190,9 @@ def resume_run(
     learner.acting_actor.load_state_dict(state["acting_actor"])
     learner.critic.load_state_dict(state["critic"])
     learner.target_critic.load_state_dict(state["target_critic"])
+    for name, network in BEHAVIOUR_NETWORKS.items():
+        if getattr(learner, name) is not None:  # as they stood: acting resumes bit for bit
+            getattr(learner, name).load_state_dict(state.get(name, state[network]))
     for optimizer, key in (
         (learner.actor_optimizer, "actor_optimizer"),
         (learner.critic_optimizer, "critic_optimizer"),
@@ -278,6 +289,7 @@ def load_weights(learner: Stage2Learner, path: Path) -> None:
         actor.load_state_dict(weights["actor"])
     learner.critic.load_state_dict(weights["critic"])
     learner.target_critic.load_state_dict(learner.critic.state_dict())
+    learner.refresh_behaviour_networks()
 
 
 class TrainedActor(NamedTuple):

@@ -144,6 +144,13 @@ class Stage2Config:
     training loop's featurizing, on a stream of higher priority) runs beside them instead of
     waiting for them; acting, storing transitions, reading scalars and saving wait for the
     updates queued before, so the learning is the same. Ignored on the CPU."""
+    act_during_updates: bool = False
+    """Training acts (with noise) on a copy of the actor taken before each train step's
+    updates, and the diagnostics' Q values come from such a copy of the critic; storing
+    transitions is queued after the updates. With `update_stream` the training loop then never
+    waits for the updates it queued (the host reads a step's scalars one step later), at the
+    cost of acting with an actor one train step behind (the updates of that step). Evaluation
+    and saving still wait for the updates. Off: acting waits for them."""
 
     seed: int = 1234
     """Seed of network initialisation, sampling and noise."""

@@ -16,7 +16,10 @@ With `Stage2Config.update_stream` the updates are queued on a CUDA stream of the
 process's other GPU work (featurizing the workers' observations) need not queue behind them
 (within `ahead_of_updates` that work also runs at a higher stream priority); every method that
 reads or writes what the updates use (acting, storing, scalars, saving) first makes the current
-stream wait for them (`wait_for_updates`).
+stream wait for them (`wait_for_updates`). With `Stage2Config.act_during_updates` training acts
+on copies of the actor and critic taken before each train step's updates, and stored
+transitions are written on the update stream after them, so the training loop's acting and
+storing wait for no update.
 
 An optimizer step whose loss or gradient norm is NaN or inf is skipped, on the device, and
 counted (`stage2.step_guard`; scalars `train/rlt/skipped_critic_steps` and
@@ -190,6 +193,17 @@ class Stage2Learner:
             if config.acting_actor_tau is None
             else copy.deepcopy(self.actor).requires_grad_(False)
         )
+        # Training's acting copies (`act_during_updates`), refreshed before each train step's
+        # updates; `behaviour_copied` marks the refresh on the update stream.
+        self.behaviour_actor, self.behaviour_critic = (
+            (
+                copy.deepcopy(self.actor).requires_grad_(False),
+                copy.deepcopy(self.critic).requires_grad_(False),
+            )
+            if config.act_during_updates
+            else (None, None)
+        )
+        self.behaviour_copied: torch.cuda.Event | None = None
         self.use_cuda_graphs = config.cuda_graphs and self.device.type == "cuda"
         self.update_stream = (
             torch.cuda.Stream(self.device)
@@ -226,6 +240,9 @@ class Stage2Learner:
             obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
             deterministic: Use the mean (evaluation) instead of adding the fixed noise.
         """
+        if not deterministic and self.behaviour_actor is not None:
+            self._wait_for_behaviour_copy()
+            return act_chunks(self.behaviour_actor, obs, False, self.noise_generator)
         self.wait_for_updates()
         q_filter = self.critic if deterministic and self.config.eval_q_filter else None
         actor = self.acting_actor if deterministic else self.actor
@@ -236,12 +253,18 @@ class Stage2Learner:
         """Q (first head) of each transition's observation and executed chunk (diagnostics).
 
         One critic call and one device read for all of them; None where a transition is None
-        (not stored).
+        (not stored). With `act_during_updates` the critic is the copy taken before the latest
+        train step's updates.
         """
         stored = [transition for transition in transitions if transition is not None]
         if not stored:
             return [None] * len(transitions)
-        self.wait_for_updates()
+        critic = self.critic
+        if self.behaviour_critic is None:
+            self.wait_for_updates()
+        else:
+            self._wait_for_behaviour_copy()
+            critic = self.behaviour_critic
         obs = obs_to_tensors(
             {key: np.stack([getattr(transition, key) for transition in stored])
              for key in ("z_rl", "proprio", "ref_chunk")},
@@ -249,7 +272,7 @@ class Stage2Learner:
         )  # fmt: skip
         actions = np.stack([transition.action for transition in stored])
         action = torch.as_tensor(actions, dtype=torch.float32, device=self.device)
-        q_first_head = iter(self.critic(obs, action)[:, 0].tolist())
+        q_first_head = iter(critic(obs, action)[:, 0].tolist())
         return [None if transition is None else next(q_first_head) for transition in transitions]
 
     def replay_scalars(self) -> dict[str, float]:
@@ -272,9 +295,42 @@ class Stage2Learner:
         }
 
     def add_transitions(self, transitions: Iterable[RLTTransition | None]) -> int:
-        """Store the given transitions (None and non-finite ones are not); returns how many."""
-        self.wait_for_updates()  # the queued updates draw their batches from the slots first
-        return self.replay.add_many([item for item in transitions if item is not None])
+        """Store the given transitions (None and non-finite ones are not); returns how many.
+
+        The queued updates draw their batches from the slots first: the current stream waits
+        for them, or with `act_during_updates` the slots are written on the update stream.
+        """
+        stored = [item for item in transitions if item is not None]
+        if self.behaviour_actor is None:
+            self.wait_for_updates()
+            return self.replay.add_many(stored)
+        rows = self.replay.rows_to_write(stored)  # copied to the device on the current stream
+        with self._on_update_stream():
+            if self.update_stream is not None:
+                rows.record_stream(self.update_stream)
+            self.replay.write_rows(rows)
+        return rows.count
+
+    def _wait_for_behaviour_copy(self) -> None:
+        """Make the current stream wait for the latest refresh of the acting copies."""
+        if self.behaviour_copied is not None:
+            torch.cuda.current_stream(self.device).wait_event(self.behaviour_copied)
+
+    @torch.no_grad()
+    def refresh_behaviour_networks(self) -> None:
+        """Copy the actor and critic into training's acting copies (`act_during_updates`).
+
+        Runs before each train step's updates, on their stream; call it after loading weights
+        into the actor or critic yourself (`load_weights` does).
+        """
+        if self.behaviour_actor is None or self.behaviour_critic is None:
+            return
+        for behaviour, online in ((self.behaviour_actor, self.actor),
+                                  (self.behaviour_critic, self.critic)):  # fmt: skip
+            torch._foreach_copy_(list(behaviour.parameters()), list(online.parameters()))
+        if self.update_stream is not None:
+            self.behaviour_copied = torch.cuda.Event()
+            self.behaviour_copied.record()
 
     def wait_for_updates(self) -> None:
         """Make the current stream's later work wait for the updates queued so far.
@@ -368,6 +424,7 @@ class Stage2Learner:
 
     def _update_means(self, num_updates: int) -> dict[str, torch.Tensor]:
         """Run `num_updates` updates; the means of `run_updates`, still on the device."""
+        self.refresh_behaviour_networks()
         sums: dict[str, torch.Tensor] = {}
         first_update = self.update_step
         for first in range(0, num_updates, BATCHES_PER_DRAW):

@@ -94,6 +94,26 @@ class RLTBatch:
 TRANSITION_FIELDS = tuple(field.name for field in fields(RLTTransition))
 
 
+@dataclass
+class ReplayRows:
+    """Transitions checked and copied to the buffer's device, to be written into their slots.
+
+    Attributes:
+        slots: (N,) the slot of each row.
+        values: Each field's (N, ...) rows, by name (empty when nothing was accepted).
+        count: Transitions accepted (more than N when more than the capacity came at once).
+    """
+
+    slots: torch.Tensor
+    values: dict[str, torch.Tensor]
+    count: int
+
+    def record_stream(self, stream: torch.cuda.Stream) -> None:
+        """Keep the rows' memory from reuse until `stream`'s work queued so far has run."""
+        for tensor in (self.slots, *self.values.values()):
+            tensor.record_stream(stream)
+
+
 def _field_shapes(dims: RLTDims, chunk_len: int) -> dict[str, tuple[int, ...]]:
     ref_shape = (dims.ref_chunk_len, dims.action_dim)
     return {
@@ -172,25 +192,43 @@ class ReplayBuffer:
         Raises:
             ValueError: When a field's shape does not match the buffer's dims (nothing stored).
         """
+        rows = self.rows_to_write(transitions)
+        self.write_rows(rows)
+        return rows.count
+
+    def rows_to_write(self, transitions: Sequence[RLTTransition]) -> ReplayRows:
+        """Check transitions, claim their slots and copy them to the device; `write_rows` stores.
+
+        The buffer counts them at once (its length, `total_added`, the slots' intervened flags),
+        so batches sampled after this call may draw the slots: write the rows before any such
+        batch is read (on its CUDA stream, or on one that it waits for).
+
+        Raises:
+            ValueError: When a field's shape does not match the buffer's dims (nothing claimed).
+        """
         rows = [self._checked_values(transition) for transition in transitions]
         accepted = [values for values in rows if self._finite_or_counted(values)]
         if not accepted:
-            return 0
+            return ReplayRows(torch.zeros(0, dtype=torch.long, device=self.device), {}, 0)
         slots = (self.next_index + np.arange(len(accepted))) % self.capacity
         kept = slice(-min(len(accepted), self.capacity), None)  # the newest, when more than fit
-        slot_index = torch.as_tensor(slots[kept], device=self.device)
-        for name in TRANSITION_FIELDS:
-            stacked = np.stack([values[name] for values in accepted[kept]])
-            self.storage[name][slot_index] = torch.as_tensor(stacked, dtype=_field_dtype(name)).to(
-                self.device
-            )
-        self.intervened_host[slots[kept]] = [
-            values["intervened"].any() for values in accepted[kept]
-        ]
+        values = {
+            name: torch.as_tensor(
+                np.stack([row[name] for row in accepted[kept]]), dtype=_field_dtype(name)
+            ).to(self.device)
+            for name in TRANSITION_FIELDS
+        }
+        self.intervened_host[slots[kept]] = [row["intervened"].any() for row in accepted[kept]]
         self.next_index = int(slots[-1] + 1) % self.capacity
         self.size = min(self.size + len(accepted), self.capacity)
         self.total_added += len(accepted)
-        return len(accepted)
+        slot_index = torch.as_tensor(slots[kept], device=self.device)
+        return ReplayRows(slot_index, values, len(accepted))
+
+    def write_rows(self, rows: ReplayRows) -> None:
+        """Write rows from `rows_to_write` into their slots (on the current CUDA stream)."""
+        for name, value in rows.values.items():
+            self.storage[name][rows.slots] = value
 
     def _checked_values(self, transition: RLTTransition) -> dict[str, np.ndarray]:
         values = {name: np.asarray(getattr(transition, name)) for name in TRANSITION_FIELDS}

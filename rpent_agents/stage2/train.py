@@ -48,7 +48,7 @@ from rpent_agents.rollout.worker import NO_RESET_SEED
 from rpent_agents.stage2.checkpoint import save_run
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
-from rpent_agents.stage2.learner import Stage2Learner
+from rpent_agents.stage2.learner import Stage2Learner, TrainStepScalars
 from rpent_agents.stage2.loop_profile import LoopProfile, PartTimer
 from rpent_agents.stage2.networks import RLTDims
 from rpent_agents.stage2.results import EvalPoint, LearningResults
@@ -158,6 +158,8 @@ class Stage2Run:
         self.chunk_stats, self.episode_stats = ChunkStats(), EpisodeStats(self.num_envs)
         self.diagnostics = RolloutDiagnostics(self.num_envs)
         self.profile = LoopProfile()
+        # The latest train step's scalars, read one loop step later (its updates run meanwhile).
+        self.unread_train_scalars: TrainStepScalars | None = None
         self.actor_ready = learner.ready_for_online
         # Worker processes can step asynchronously (`ready_envs`); Ray's workers step together.
         self.ready_envs = args.ready_envs if envs.can_step_ready_envs else 0
@@ -187,6 +189,7 @@ class Stage2Run:
                 elif self.save_due():
                     self.checkpoint()
             progress.update(self.finish_busy_chunks())
+        self.write_train_scalars(None)
         if self.state.last_eval_env_steps != self.state.env_steps:
             self.evaluate_actor()
         finished = self.state.env_steps >= self.args.total_env_steps
@@ -224,7 +227,7 @@ class Stage2Run:
             self.send_chunks()  # the first chunks after a pause
         timer.lap("act_s")
         # Queued on the GPU, which runs the updates while the workers simulate and this
-        # process waits for them; the scalars are read once the step's chunks are stored.
+        # process waits for them; the scalars are read at the end of the next loop step.
         train_scalars = self.learner.start_train_step()
         timer.lap("learner_s")
         next_obs, _, terminated, truncated, infos = self.envs.step_wait(self.min_ready(send))
@@ -254,8 +257,19 @@ class Stage2Run:
             self.envs.set_attr("actor_ready", self.actor_ready)
             logger.info("env step %d: the actor drives the critical phase", self.state.env_steps)
         self.iteration += 1
-        self.write_scalars(train_scalars.read())
+        self.write_train_scalars(train_scalars)
         return steps
+
+    def write_train_scalars(self, train_scalars: TrainStepScalars | None) -> None:
+        """Write the previous train step's scalars and keep `train_scalars` for the next call.
+
+        Reading a step's scalars waits for its updates: one loop step later they have run
+        beside it (with `act_during_updates` nothing else in the loop waits for them). None
+        writes the last ones (the end of training).
+        """
+        previous, self.unread_train_scalars = self.unread_train_scalars, train_scalars
+        if previous is not None:
+            self.write_scalars(previous.read())
 
     def pauses_after_step(self) -> bool:
         """Whether the loop stops sending chunks after this step (see `run`).

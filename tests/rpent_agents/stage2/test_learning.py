@@ -92,6 +92,13 @@ def test_an_averaged_acting_actor_learns_the_task_too(reference_success):
     assert success >= LEARNED and success >= reference_success + 0.3
 
 
+def test_exploring_one_train_step_behind_learns_the_task_too(reference_success):
+    # training acts on the actor from before the latest train step's updates (as the GPU loop
+    # does with act_during_updates, so that acting waits for no update)
+    success = trained_success(act_during_updates=True)
+    assert success >= LEARNED and success >= reference_success + 0.3
+
+
 def _bootstrap_sign_flipped(rewards, done, next_q_min, gamma, bootstrap_type="standard"):
     return _TD_TARGET(rewards, done, -next_q_min, gamma, bootstrap_type)
 

@@ -27,6 +27,9 @@ SMALL = Stage2Config(
 
 AVERAGED = dataclasses.replace(SMALL, acting_actor_tau=0.25)
 """SMALL with a Polyak-averaged acting actor."""
+ACTING_DURING_UPDATES = dataclasses.replace(SMALL, act_during_updates=True)
+"""SMALL acting on copies of the networks from before the latest train step."""
+OBS = {"z_rl": np.ones((2, 4)), "proprio": np.ones((2, 2)), "ref_chunk": np.ones((2, 3, 2))}
 
 
 def _trained_learner(config=SMALL):
@@ -41,7 +44,11 @@ def _parameters(learner):
     return torch.cat([p.detach().flatten() for m in modules for p in m.parameters()])
 
 
-@pytest.mark.parametrize("config", [SMALL, AVERAGED], ids=["trained-actor", "averaged-actor"])
+@pytest.mark.parametrize(
+    "config",
+    [SMALL, AVERAGED, ACTING_DURING_UPDATES],
+    ids=["trained-actor", "averaged-actor", "acting-during-updates"],
+)
 def test_a_resumed_run_continues_exactly_like_the_uninterrupted_one(tmp_path, config):
     learner = _trained_learner(config)
     save_run(learner, tmp_path / "run", extra={"env_steps": 1234, "episodes": [1, 2]})
@@ -49,6 +56,8 @@ def test_a_resumed_run_continues_exactly_like_the_uninterrupted_one(tmp_path, co
     assert extra == {"env_steps": 1234, "episodes": [1, 2]}
     assert (resumed.update_step, len(resumed.replay), resumed.replay.total_added) == (3, 40, 40)
     assert resumed.schedule.state_dict() == learner.schedule.state_dict()
+    # training's next chunks: noise from the restored generator, on the actor that acts
+    np.testing.assert_array_equal(resumed.act(OBS), learner.act(OBS))
     for run in (learner, resumed):
         run.add_transitions(transition(0.25) for _ in range(5))
     assert resumed.train_step() == learner.train_step()
@@ -88,12 +97,20 @@ def test_a_weights_file_restores_the_policy_and_critic(tmp_path, config):
     save_weights(learner, tmp_path / "weights.pt")
     fresh = Stage2Learner(Stage2Config(chunk_len=CHUNK_LEN, hidden_dim=32, seed=7), DIMS, "cpu")
     load_weights(fresh, tmp_path / "weights.pt")
-    obs = {"z_rl": np.ones((2, 4)), "proprio": np.ones((2, 2)), "ref_chunk": np.ones((2, 3, 2))}
-    np.testing.assert_array_equal(fresh.act(obs, True), learner.act(obs, True))
+    np.testing.assert_array_equal(fresh.act(OBS, True), learner.act(OBS, True))
     critic_pairs = zip(fresh.critic.parameters(), fresh.target_critic.parameters(), strict=True)
     assert all(torch.equal(online, target) for online, target in critic_pairs)
     save_run(learner, tmp_path / "run")
     load_weights(fresh, tmp_path / "run")
+
+
+def test_loaded_weights_are_what_training_acts_with_when_it_acts_during_updates(tmp_path):
+    learner = _trained_learner()
+    save_weights(learner, tmp_path / "weights.pt")
+    lagged = dataclasses.replace(ACTING_DURING_UPDATES, actor_noise_std=0.0, seed=7)
+    fresh = Stage2Learner(lagged, DIMS)
+    load_weights(fresh, tmp_path / "weights.pt")
+    np.testing.assert_array_equal(fresh.act(OBS), learner.act(OBS, True))  # noise 0
 
 
 def test_the_gate_the_actor_was_trained_with_travels_with_its_weights(tmp_path):

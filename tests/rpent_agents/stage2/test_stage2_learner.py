@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from stage2_helpers import CHUNK_LEN, DIMS, transition
+from stage2_helpers import CHUNK_LEN, DIMS, rlt_obs, transition
 
 from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner, losses
 from rpent_agents.stage2.learner import act_chunks, obs_to_tensors
@@ -283,3 +283,36 @@ def test_the_td_target_takes_the_minimum_of_a_random_draw_of_heads(
 def test_an_ensemble_target_draws_at_most_its_heads():
     with pytest.raises(ValueError, match="target_q_heads must lie in 1..num_q_heads"):
         Stage2Config(num_q_heads=2, target_q_heads=3)
+
+
+def test_acting_during_updates_explores_with_the_networks_from_before_the_latest_train_step():
+    learner = _learner(
+        act_during_updates=True, actor_noise_std=0.0, learning_starts=0, warmup_updates=8
+    )
+    obs = {key: np.stack([value] * 3) for key, value in rlt_obs(0.3).items()}
+    stored = transition(0.7)
+    actor_before, critic_before = _flat(learner.actor), _flat(learner.critic)
+    learner.train_step()
+    assert not torch.equal(_flat(learner.actor), actor_before)  # the updates moved both
+    assert torch.equal(_flat(learner.behaviour_actor), actor_before)
+    assert torch.equal(_flat(learner.behaviour_critic), critic_before)
+    # training's chunks (noise 0 here) and the stored chunks' Q come from the copies ...
+    explored = learner.act(obs)
+    np.testing.assert_array_equal(explored, act_chunks(learner.behaviour_actor, obs))
+    assert not np.array_equal(explored, act_chunks(learner.actor, obs))
+    stored_obs = obs_to_tensors({key: value[None] for key, value in rlt_obs(0.7).items()}, "cpu")
+    q_before = learner.behaviour_critic(stored_obs, torch.as_tensor(stored.action[None]))
+    assert learner.q_values([stored, None]) == [pytest.approx(q_before[0, 0].item()), None]
+    # ... evaluation acts with the trained actor, and the next train step refreshes them
+    np.testing.assert_array_equal(learner.act(obs, True), act_chunks(learner.actor, obs))
+    actor_now = _flat(learner.actor)
+    learner.train_step()
+    assert torch.equal(_flat(learner.behaviour_actor), actor_now)
+
+
+def test_acting_during_updates_stores_transitions_that_the_next_updates_draw():
+    learner = _learner(act_during_updates=True)
+    assert learner.add_transitions([transition(0.9), None, transition(0.8)]) == 2
+    assert len(learner.replay) == 42
+    newest = learner.replay.storage["rewards"][40:42, 0].tolist()
+    assert newest == pytest.approx([0.9, 0.8])

@@ -1,5 +1,6 @@
 """The training loop's queued updates on a GPU: launched with no host read, and on a stream of
-their own (`Stage2Config.update_stream`) beside the process's other GPU work.
+their own (`Stage2Config.update_stream`) beside the process's other GPU work, which with
+`Stage2Config.act_during_updates` includes acting and storing.
 
 Needs a CUDA device, which CI never has; runs on the GPU machine
 (`python -m pytest tests/rpent_agents/stage2/test_stage2_queued_updates.py`). Kept apart from
@@ -38,10 +39,14 @@ def test_a_queued_train_step_reads_nothing_back_from_the_device(update_stream):
     assert np.isfinite(read["critic/critic_loss"])
 
 
-def test_updates_on_their_own_stream_learn_what_updates_on_the_current_stream_learn():
+@pytest.mark.parametrize("act_during_updates", [False, True], ids=["acting-waits", "acting-during"])
+def test_updates_on_their_own_stream_learn_what_updates_on_the_current_stream_learn(
+    act_during_updates,
+):
     # The training loop's order: queue the updates, act, store, read the scalars.
-    same_stream = filled_learner(cuda_graphs=True, update_stream=False, **QUEUED)
-    own_stream = filled_learner(cuda_graphs=True, update_stream=True, **QUEUED)
+    loop = QUEUED | {"act_during_updates": act_during_updates}
+    same_stream = filled_learner(cuda_graphs=True, update_stream=False, **loop)
+    own_stream = filled_learner(cuda_graphs=True, update_stream=True, **loop)
     obs = stored_observations(same_stream, 6)
     for step in range(6):
         trained = []
@@ -76,6 +81,36 @@ def test_the_current_stream_runs_beside_the_queued_updates_and_acting_waits_for_
 
     learner.act(obs)
     assert learner.update_stream.query()  # acting came after them
+
+
+def test_acting_during_updates_waits_for_none_of_them(monkeypatch):
+    learner = filled_learner(
+        cuda_graphs=True, update_stream=True, act_during_updates=True, **QUEUED
+    )
+    learner.run_updates(8)
+    obs = stored_observations(learner, 4)
+    refresh = learner.refresh_behaviour_networks
+
+    def refresh_then_sleep():  # on the update stream, between the copies and the updates
+        refresh()
+        torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU clock ahead of the queued updates
+
+    monkeypatch.setattr(learner, "refresh_behaviour_networks", refresh_then_sleep)
+    scalars = learner.start_train_step()
+    with learner.ahead_of_updates():  # as `rpent-stage2` runs
+        chunks = learner.act(obs)  # the host reads them back
+        stored = learner.add_transitions(random_transitions(8, seed=3))
+        q_values = learner.q_values(random_transitions(2, seed=4))  # read back too
+    assert not learner.update_stream.query()  # none of it waited for the updates
+    assert chunks.shape == (4, learner.config.chunk_len * 2) and np.isfinite(chunks).all()
+    assert stored == 8 and all(np.isfinite(q_values))
+
+    read = scalars.read()  # waits for them
+    assert learner.update_stream.query()
+    assert read["train/rlt/critic_updates_run"] == learner.config.update_epoch
+    written = learner.replay.storage["rewards"][200:208].cpu().numpy()
+    expected = np.stack([item.rewards for item in random_transitions(8, seed=3)])
+    np.testing.assert_array_equal(written, expected)  # written after the updates, in order
 
 
 def test_the_loop_s_own_work_runs_at_a_higher_priority_than_the_updates():

@@ -210,8 +210,15 @@ def test_training_on_ray_workers_matches_the_vector_run(first_run, no_lerobot_si
 
 def test_asynchronous_stepping_trains_and_evaluates(no_lerobot_site, tmp_path):
     output_dir = tmp_path / "ready"
-    run_training(output_dir, no_lerobot_site, "--total-env-steps", "120", "--ready-envs", "1")
+    run_training(
+        output_dir, no_lerobot_site, "--total-env-steps", "120", "--ready-envs", "1",
+        "--stage2.act-during-updates",  # the GPU loop's way to wait for no update
+    )  # fmt: skip
     results = json.loads((output_dir / "results.json").read_text())
+    assert results["args"]["stage2"]["act_during_updates"] is True
+    # each train step's scalars are written one loop step later, the last one at the end
+    updates_run = scalar_values(output_dir / "tensorboard")["train/rlt/critic_updates_run"]
+    assert sum(updates_run) == results["updates"] > 0
     # every chunk a worker ran is counted and stored once (always_on: all are transitions)
     assert results["env_steps"] >= 120 and results["transitions"] * 10 >= results["env_steps"]
     assert [point["env_steps"] for point in results["evals"]][-1] == results["env_steps"]
