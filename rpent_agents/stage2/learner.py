@@ -301,7 +301,7 @@ class Stage2Learner:
         for them, or with `act_during_updates` the slots are written on the update stream.
         """
         stored = [item for item in transitions if item is not None]
-        if self.behaviour_actor is None:
+        if not self.config.act_during_updates:
             self.wait_for_updates()
             return self.replay.add_many(stored)
         rows = self.replay.rows_to_write(stored)  # copied to the device on the current stream

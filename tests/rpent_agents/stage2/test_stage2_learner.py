@@ -310,7 +310,7 @@ def test_acting_during_updates_explores_with_the_networks_from_before_the_latest
     assert torch.equal(_flat(learner.behaviour_actor), actor_now)
 
 
-def test_acting_during_updates_stores_transitions_that_the_next_updates_draw():
+def test_acting_during_updates_writes_stored_transitions_into_their_slots():
     learner = _learner(act_during_updates=True)
     assert learner.add_transitions([transition(0.9), None, transition(0.8)]) == 2
     assert len(learner.replay) == 42
