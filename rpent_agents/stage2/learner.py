@@ -210,6 +210,13 @@ class Stage2Learner:
             if config.update_stream and self.device.type == "cuda"
             else None
         )
+        # The loop's featurizing and acting beside the updates (`ahead_of_updates`): one stream
+        # for the learner's life, so the memory its work allocates stays cached for it.
+        self.rollout_stream = (
+            torch.cuda.Stream(self.device, priority=ROLLOUT_STREAM_PRIORITY)
+            if self.update_stream is not None
+            else None
+        )
         self.actor_optimizer = _adam(self.actor, config.actor_lr, self.use_cuda_graphs)
         self.critic_optimizer = _adam(self.critic, config.critic_lr, self.use_cuda_graphs)
         replay_device = self.device if config.replay_on_device else torch.device("cpu")
@@ -350,15 +357,14 @@ class Stage2Learner:
         (`Stage2Config.update_stream`); the work before and after the block is ordered with
         the enclosed work as on one stream.
         """
-        if self.update_stream is None:
+        if self.rollout_stream is None:
             yield
             return
         outer = torch.cuda.current_stream(self.device)
-        rollout_stream = torch.cuda.Stream(self.device, priority=ROLLOUT_STREAM_PRIORITY)
-        rollout_stream.wait_stream(outer)
-        with torch.cuda.stream(rollout_stream):
+        self.rollout_stream.wait_stream(outer)
+        with torch.cuda.stream(self.rollout_stream):
             yield
-        outer.wait_stream(rollout_stream)
+        outer.wait_stream(self.rollout_stream)
 
     @contextlib.contextmanager
     def _on_update_stream(self) -> Iterator[torch.cuda.Event | None]:

@@ -522,11 +522,13 @@ def train(args: TrainArgs) -> LearningResults:
 # critic's 0.80 and 0.81 on the same seeds). Its discount is 0.97 per step (reference 0.99):
 # a chunk of 10 steps saved is then worth 26% of Q instead of 10%, and the actor finishes
 # the critical phase sooner. On the embedded checkpoint (base 0.79, its critical phase 11
-# steps): 0.97 ended at 0.92 and 0.96 with a critical phase of 8 and 7 steps; 0.98 at 0.98,
-# 0.96, 0.93 and 0.87 with 9-10 steps; 0.99 twice at 0.93 with 10-11; 0.95 at 0.87 with 6
-# (H200, bench/RESULTS.md, the eighth and ninth leases). The updates run on a CUDA stream of
-# their own, so featurizing does not queue behind them (H200, one lease: 1516 env steps/s
-# against 1470-1480 in four runs on one stream).
+# steps): 0.97 ended at 0.91-0.96 with a critical phase of 7-8 steps in five runs (median 7);
+# 0.98 at 0.87-0.98 with 9-10 steps; 0.99 twice at 0.93 with 10-11; 0.96 at 0.92 with 7;
+# 0.95 at 0.87 with 6 (H200, bench/RESULTS.md, the eighth to tenth leases). The updates run
+# on a CUDA stream of their own, so featurizing does not queue behind them, and training acts
+# on copies of the actor and critic taken before each train step's updates, so acting and
+# storing do not either (H200, tenth lease: a median 1628 env steps/s against 1505-1517 with
+# the stream alone, acting 4.0 ms of a loop step instead of 15.4; 0.94 at 7 steps).
 # tests/rpent_agents/stage2/test_learning.py and bench/RESULTS.md show what each change does.
 SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     num_q_heads=10,
@@ -544,6 +546,7 @@ SAMPLE_EFFICIENT_STAGE2 = Stage2Config(
     intervention_batch_share=0.5,
     eval_q_filter=True,
     update_stream=True,
+    act_during_updates=True,
 )
 # Training episodes keep their scene for 8 resets (sizes are redrawn every 8 episodes per
 # worker; evaluations rebuild every scene from its seed): a reset then costs a fraction of a
@@ -568,11 +571,13 @@ PRESETS = {
     ),
     "sample-efficient": (
         "the schedule scaled to a 300k env-step budget (learning after 1000 transitions, "
-        "the actor after 3000 updates), 4 updates per transition, discount 0.98, normalized "
+        "the actor after 3000 updates), 4 updates per transition, discount 0.97, normalized "
         "Q term, exploration noise 0.05, expert takeover of stalls with half of each batch "
         "from its chunks, evaluation filtered by the critic; the actor also drives after 4 "
         "chunks without the peg held (a missed or lost grasp); training scenes kept for 8 "
-        "resets; the loop goes on once 8 workers have answered (asynchronous stepping)",
+        "resets; the loop goes on once 8 workers have answered (asynchronous stepping); on a "
+        "GPU the updates run on a stream of their own while training acts on copies of the "
+        "networks taken before them",
         TrainArgs(
             env=SAMPLE_EFFICIENT_ENV,
             stage2=SAMPLE_EFFICIENT_STAGE2,

@@ -89,6 +89,18 @@ def test_acting_during_updates_waits_for_none_of_them(monkeypatch):
     )
     learner.run_updates(8)
     obs = stored_observations(learner, 4)
+
+    def loop_step(seed):  # the training loop's order
+        scalars = learner.start_train_step()
+        with learner.ahead_of_updates():  # as `rpent-stage2` runs
+            chunks = learner.act(obs)  # the host reads them back
+            stored = learner.add_transitions(random_transitions(8, seed=seed))
+            q_values = learner.q_values(random_transitions(2, seed=seed + 1))  # read back too
+        return scalars, chunks, stored, q_values
+
+    # A first step allocates the loop's device memory, and an allocation waits for the whole
+    # device; the loop's later steps reuse it, as they do in a run.
+    loop_step(seed=1)[0].read()
     refresh = learner.refresh_behaviour_networks
 
     def refresh_then_sleep():  # on the update stream, between the copies and the updates
@@ -96,11 +108,7 @@ def test_acting_during_updates_waits_for_none_of_them(monkeypatch):
         torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU clock ahead of the queued updates
 
     monkeypatch.setattr(learner, "refresh_behaviour_networks", refresh_then_sleep)
-    scalars = learner.start_train_step()
-    with learner.ahead_of_updates():  # as `rpent-stage2` runs
-        chunks = learner.act(obs)  # the host reads them back
-        stored = learner.add_transitions(random_transitions(8, seed=3))
-        q_values = learner.q_values(random_transitions(2, seed=4))  # read back too
+    scalars, chunks, stored, q_values = loop_step(seed=3)
     assert not learner.update_stream.query()  # none of it waited for the updates
     assert chunks.shape == (4, learner.config.chunk_len * 2) and np.isfinite(chunks).all()
     assert stored == 8 and all(np.isfinite(q_values))
@@ -108,7 +116,7 @@ def test_acting_during_updates_waits_for_none_of_them(monkeypatch):
     read = scalars.read()  # waits for them
     assert learner.update_stream.query()
     assert read["train/rlt/critic_updates_run"] == learner.config.update_epoch
-    written = learner.replay.storage["rewards"][200:208].cpu().numpy()
+    written = learner.replay.storage["rewards"][208:216].cpu().numpy()
     expected = np.stack([item.rewards for item in random_transitions(8, seed=3)])
     np.testing.assert_array_equal(written, expected)  # written after the updates, in order
 
@@ -121,3 +129,5 @@ def test_the_loop_s_own_work_runs_at_a_higher_priority_than_the_updates():
         assert inner != outer
         assert inner.priority < learner.update_stream.priority  # lower is higher
     assert torch.cuda.current_stream() == outer
+    with learner.ahead_of_updates():
+        assert torch.cuda.current_stream() == inner  # one stream, whose memory stays cached
