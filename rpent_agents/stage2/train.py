@@ -575,9 +575,9 @@ PRESETS = {
         "Q term, exploration noise 0.05, expert takeover of stalls with half of each batch "
         "from its chunks, evaluation filtered by the critic; the actor also drives after 4 "
         "chunks without the peg held (a missed or lost grasp); training scenes kept for 8 "
-        "resets; the loop goes on once 8 workers have answered (asynchronous stepping); on a "
-        "GPU the updates run on a stream of their own while training acts on copies of the "
-        "networks taken before them",
+        "resets; the loop goes on once 8 workers have answered (asynchronous stepping); "
+        "training acts on copies of the actor and critic taken before each train step's "
+        "updates, which on a GPU run on a CUDA stream of their own",
         TrainArgs(
             env=SAMPLE_EFFICIENT_ENV,
             stage2=SAMPLE_EFFICIENT_STAGE2,
