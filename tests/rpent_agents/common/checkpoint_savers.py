@@ -102,6 +102,26 @@ class ReportingTrainer(Stage1Trainer):
         self.reports.send(step)
 
 
+class TrainerDyingAtItsSecondCommit(ReportingTrainer):
+    """A Stage 1 trainer that saves step 1 completely and is killed committing step 2."""
+
+    def save(self, step: int, val_chunk_mse: float | None, best_val: bool) -> None:
+        if step == 2:
+            die_at_commit()
+        super().save(step, val_chunk_mse, best_val)
+
+
+def train_stage1_and_die_at_second_commit(
+    cache: Path, output_dir: Path, val_episodes: int, reports
+) -> None:
+    """Train two steps, saving after each, and die at the commit of the second save."""
+    torch.set_num_threads(1)
+    tqdm.set_lock(threading.RLock())
+    torch.manual_seed(0)
+    args = stage1_args(cache, output_dir, 2, val_episodes)
+    TrainerDyingAtItsSecondCommit(args, reports).run()
+
+
 def train_stage1_forever(cache: Path, output_dir: Path, val_episodes: int, reports) -> None:
     """Train (and save after every step) until killed."""
     torch.set_num_threads(1)
@@ -120,6 +140,15 @@ def die_at_replace(call_number: int) -> None:
         replace(source, destination)
 
     os.replace = replace_or_die
+
+
+def die_at_commit() -> None:
+    """SIGKILL this process at its next `os.rename`: a staged save's commit point."""
+
+    def rename_and_die(source, destination):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    os.rename = rename_and_die
 
 
 def save_stage2_and_die_at_replace(folder: Path, call_number: int, reports) -> None:
