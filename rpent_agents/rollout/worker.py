@@ -92,8 +92,10 @@ class RLTWorker(gym.Wrapper):
     Two more info keys measure the run: `critical_phase` (the chunk was decided inside the
     critical phase as the reference `AutoGate` defines it, whatever gate the switch uses, so
     runs with different gates count the same steps) and the worker's seconds,
-    `worker_chunk_s` (simulating the chunk) and `worker_reset_s` (starting the next episode
-    inside the step; 0 when none started).
+    `worker_chunk_s` (simulating the chunk), `worker_render_s` (the part of it spent rendering
+    the cameras and reading their images back: the peg env's `render_s` over the chunk's
+    steps) and `worker_reset_s` (starting the next episode inside the step; 0 when none
+    started).
 
     Example:
         >>> worker = RLTWorkerFactory(PegRLTConfig(render_backend="cpu", expert_takeover=True))()
@@ -177,11 +179,13 @@ class RLTWorker(gym.Wrapper):
         critical_phase = self.phase_gate.active
         obs, reward, terminated, truncated, info = self.env.step(action["actor"])
         self.phase_gate.update(info["step_infos"])
+        render_s = sum(step_info.get("render_s", 0.0) for step_info in info["step_infos"])
         lost_grasp_ended = self._actor_lost_the_peg(info) and not (terminated or truncated)
         terminated = terminated or lost_grasp_ended
         info = self._fixed_shape(info, critical_phase)
         info["lost_grasp_ended"] = lost_grasp_ended
         info["worker_chunk_s"], info["worker_reset_s"] = time.perf_counter() - started_s, 0.0
+        info["worker_render_s"] = float(render_s)
         reset_seed = int(action.get("reset_seed", NO_RESET_SEED))
         if (terminated or truncated) and reset_seed != NO_RESET_SEED:
             info["final_obs"] = obs

@@ -8,9 +8,10 @@ simulate. On a GPU the learner's part is the launch of its updates only: the GPU
 runs them while the process waits, and a later device read (featurizing) waits for what is
 left of them, so their GPU time shows in the wait and the featurizing. `PartTimer` times the
 parts of one step; `LoopProfile` adds up the seconds of each part over a run, and from the
-workers' own timings (`worker_chunk_s`, `worker_reset_s` in each env's info) how long the
-average and the slowest worker were busy: their ratio is the share of the synchronous step a
-worker spends waiting for the others.
+workers' own timings (`worker_chunk_s`, `worker_render_s`, `worker_reset_s` in each env's
+info) how long the average and the slowest worker were busy, and how much of the average
+worker's chunk went into rendering its cameras: the ratio of mean to slowest busy time is the
+share of the synchronous step a worker spends waiting for the others.
 
 Example:
     >>> profile = LoopProfile()
@@ -44,6 +45,8 @@ class LoopProfile:
         worker_mean_busy_s: Sum over steps of the mean worker's chunk + reset seconds.
         worker_max_busy_s: Sum over steps of the slowest worker's chunk + reset seconds.
         worker_mean_reset_s: Sum over steps of the mean worker's reset seconds.
+        worker_mean_render_s: Sum over steps of the mean worker's seconds rendering its
+            cameras within its chunk (part of the busy seconds).
     """
 
     vector_steps: int = 0
@@ -51,6 +54,7 @@ class LoopProfile:
     worker_mean_busy_s: float = 0.0
     worker_max_busy_s: float = 0.0
     worker_mean_reset_s: float = 0.0
+    worker_mean_render_s: float = 0.0
 
     def add_step(self, part_s: Mapping[str, float], infos: Mapping[str, Any]) -> None:
         """Add one vector step's part timings and the workers' timings from its infos."""
@@ -61,16 +65,23 @@ class LoopProfile:
             return
         chunk_s = np.asarray(infos["worker_chunk_s"], np.float64)
         reset_s = np.asarray(infos.get("worker_reset_s", np.zeros_like(chunk_s)), np.float64)
+        render_s = np.asarray(infos.get("worker_render_s", np.zeros_like(chunk_s)), np.float64)
         # Asynchronous stepping: only the workers that answered report (the info's mask).
         answered = np.asarray(infos.get("_worker_chunk_s", np.ones(chunk_s.shape, bool)), bool)
-        chunk_s, reset_s = chunk_s[answered], reset_s[answered]
+        chunk_s, reset_s, render_s = chunk_s[answered], reset_s[answered], render_s[answered]
         busy_s = chunk_s + reset_s
         self.worker_mean_busy_s += float(busy_s.mean())
         self.worker_max_busy_s += float(busy_s.max())
         self.worker_mean_reset_s += float(reset_s.mean())
+        self.worker_mean_render_s += float(render_s.mean())
 
     def summary(self) -> dict[str, float]:
-        """Totals, per-step means (ms) and the workers' busy share (mean / slowest worker)."""
+        """Totals, per-step means (ms) and the workers' busy share (mean / slowest worker).
+
+        The per-step worker figures are the mean answered worker's: busy (chunk + reset),
+        reset and render (its chunk's rendering, inside the busy figure), and the slowest's
+        busy.
+        """
         summary: dict[str, float] = {"vector_steps": float(self.vector_steps)}
         steps = max(self.vector_steps, 1)
         for name, seconds in self.part_s.items():
@@ -79,6 +90,7 @@ class LoopProfile:
         summary["worker_mean_busy_ms_per_step"] = 1000.0 * self.worker_mean_busy_s / steps
         summary["worker_max_busy_ms_per_step"] = 1000.0 * self.worker_max_busy_s / steps
         summary["worker_reset_ms_per_step"] = 1000.0 * self.worker_mean_reset_s / steps
+        summary["worker_render_ms_per_step"] = 1000.0 * self.worker_mean_render_s / steps
         if self.worker_max_busy_s > 0:
             summary["worker_busy_share"] = self.worker_mean_busy_s / self.worker_max_busy_s
         return summary

@@ -7,6 +7,8 @@ registry, so `gym.make("PegInsertionSideWideClearance-v1")` works for ManiSkill-
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import sapien
 import torch
@@ -85,6 +87,9 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
         self.show_wrist_mount = show_wrist_mount
         self.skip_sensor_data = False
         """While True, observations carry no sensor data (nothing is rendered)."""
+        self.sensor_data_s = 0.0
+        """Seconds the latest observation took with its sensor data: rendering both cameras
+        and reading their images back (0.0 when `skip_sensor_data` skipped them)."""
         self.agent_obs_only = agent_obs_only
         """Observations hold the robot's state and sensor data but no task extras (poses of
         the TCP, peg and hole): for a consumer that reads only the robot's joints."""
@@ -163,8 +168,12 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
 
     def _get_obs_with_sensor_data(self, info: dict, apply_texture_transforms: bool = True) -> dict:
         if self.skip_sensor_data:  # the caller reads no image of this step (ImageDemand)
+            self.sensor_data_s = 0.0
             return dict(agent=self._get_obs_agent(), extra=self._get_obs_extra(info))
-        return super()._get_obs_with_sensor_data(info, apply_texture_transforms)
+        started_s = time.perf_counter()
+        obs = super()._get_obs_with_sensor_data(info, apply_texture_transforms)
+        self.sensor_data_s = time.perf_counter() - started_s
+        return obs
 
     @property
     def _one_cpu_scene_checks(self) -> bool:

@@ -58,7 +58,7 @@ def dict_actions(envs, reset_seeds, ref_value=0.05):
     }
 
 
-WORKER_CLOCKS = ("worker_chunk_s", "worker_reset_s")
+WORKER_CLOCKS = ("worker_chunk_s", "worker_render_s", "worker_reset_s")
 """Info keys that time the worker itself: equal in keys, masks and dtypes, not in value."""
 
 

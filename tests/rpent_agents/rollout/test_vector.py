@@ -65,6 +65,12 @@ def test_the_vector_env_has_the_composite_envs_spaces(batched_run):
     assert list(infos["task"]) == ["insert the peg in the hole"] * 2
 
 
+def test_a_worker_times_the_rendering_inside_its_chunk(batched_run):
+    *_, step_infos = batched_run
+    render_s, chunk_s = step_infos["worker_render_s"], step_infos["worker_chunk_s"]
+    assert (render_s > 0).all() and (render_s < chunk_s).all()
+
+
 @pytest.fixture(scope="module")
 def state_worker():
     # A worker over a per-step switch on state observations (quick to build); the 15-step
@@ -88,6 +94,7 @@ def test_worker_runs_the_supplied_reference_and_pads_short_chunks(state_worker):
     _, _, _, truncated, info = worker.step(action)
     assert not truncated and info["chunk_len"] == 10 and "step_infos" not in info
     assert info["action_source"] == "vla"
+    assert info["worker_render_s"] == 0.0 < info["worker_chunk_s"]  # state mode: no camera
     np.testing.assert_array_equal(info["executed_action"], reference)
     _, _, _, truncated, info = worker.step(action)
     assert truncated and info["chunk_len"] == 5
