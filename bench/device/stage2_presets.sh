@@ -3,8 +3,9 @@
 # workers (the physics bound, bench/stage2_throughput.py --no-loop --raw-state-only), then one
 # full `rpent-stage2` run per argument, in turn: each argument is a preset and its extra flags
 # (16 workers, GPU rendering and features, 300k env steps, evaluations of 100 held-out seeds at
-# the start and every 100k). Uses /tmp/ckpt when the machine holds stage1_peg.sh's checkpoint,
-# else the embedded default. Carry .carry (first call of a lease).
+# the start and every 100k; the argument's flags come last and override these). Uses
+# /tmp/ckpt when the machine holds stage1_peg.sh's checkpoint, else the embedded default.
+# Carry .carry (first call of a lease).
 # $OUT (default /tmp/out) gets raw_state.json, and per run a folder N_PRESET/ with train.log,
 # results.json, success_curve.png, weights.pt (the acting actor: the Polyak average with
 # --stage2.acting-actor-tau), trained_weights.pt (the trained actor) and stage2.tfevents;
@@ -59,11 +60,13 @@ run_spec() {  # index, spec: one rpent-stage2 run, its files under $out/INDEX_PR
     return 1
   fi
   started=$(date +%s)
-  python3 -m rpent_agents.stage2.train "${words[@]}" --output-dir "$run_dir" \
+  # The spec's own flags come last, so a spec may override the job's (e.g. --num-envs 32).
+  python3 -m rpent_agents.stage2.train "${words[0]}" --output-dir "$run_dir" \
     --env.checkpoint "$checkpoint" --env.render-backend "$RENDER" \
     --env.feature-device "$DEVICE" --num-envs "$workers" \
     --total-env-steps "${TOTAL_ENV_STEPS:-300000}" --eval-every-env-steps "${EVAL_EVERY:-100000}" \
-    --num-eval-episodes "${EVAL_SEEDS:-100}" 2>&1 | progress_free >> "$run_out/train.log"
+    --num-eval-episodes "${EVAL_SEEDS:-100}" "${words[@]:1}" 2>&1 \
+    | progress_free >> "$run_out/train.log"
   echo "command wall time: $(($(date +%s) - started)) s" >> "$run_out/train.log"
   cp "$run_dir/results.json" "$run_dir/success_curve.png" "$run_dir/run/weights.pt" "$run_out/"
   python3 bench/device/trained_actor_weights.py "$run_dir/run" "$run_out/trained_weights.pt"
