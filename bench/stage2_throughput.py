@@ -11,7 +11,8 @@ Three measurements on the same machine, each with `--num-envs` worker processes:
   the actor driving every chunk, every chunk stored as a transition (`trigger_mode=
   "always_on"`), episodes of 8 chunks (as long as the base policy's) and the learner making
   the preset's 4 updates per transition from the first step: more learner work than a real
-  run has.
+  run has. Its `loop_profile` (as in a run's results.json, over the timed steps) says where a
+  vector step's time went and how long the workers were busy, rendering included.
 
     .venv/bin/python bench/stage2_throughput.py --num-envs 2 --render-backend cpu
     python3 bench/stage2_throughput.py --num-envs 16 --render-backend gpu --feature-device cuda
@@ -36,6 +37,7 @@ import rpent_envs
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner
+from rpent_agents.stage2.loop_profile import LoopProfile
 from rpent_agents.stage2.results import LearningResults
 from rpent_agents.stage2.run_folder import RunState
 from rpent_agents.stage2.train import (
@@ -115,7 +117,7 @@ def loop_speed(
     loop_iterations: int,
     ready_envs: int = 0,
 ) -> dict:
-    """Env steps/s and updates/s of `Stage2Run.collect_and_learn` on `envs`."""
+    """Env steps/s, updates/s and the loop profile of `Stage2Run.collect_and_learn` on `envs`."""
     dims = RLTDims.from_observation_space(envs.single_observation_space)
     learner = Stage2Learner(stage2, dims)
     with tempfile.TemporaryDirectory() as folder, ScalarLog(folder) as log:
@@ -126,6 +128,7 @@ def loop_speed(
         for _ in range(warmup_iterations):
             run.collect_and_learn()
         steps, updates = run.state.env_steps, learner.update_step
+        run.profile = LoopProfile()  # the timed steps only
         started = time.monotonic()
         for _ in range(loop_iterations):
             run.collect_and_learn()
@@ -135,6 +138,7 @@ def loop_speed(
             "env_steps_per_s": (run.state.env_steps - steps) / elapsed,
             "updates_per_s": (learner.update_step - updates) / elapsed,
             "transitions": learner.replay.total_added,
+            "loop_profile": run.profile.summary(),
         }
 
 
@@ -161,7 +165,9 @@ def main(args: Args) -> dict:
     figures: dict = {"num_envs": args.num_envs, "image_size": image_size}
     if args.loop:
         loop = training_loop_speed(args, config)
+        profile = loop.pop("loop_profile")
         figures["training_loop"] = {key: round(value, 1) for key, value in loop.items()}
+        figures["loop_profile"] = {key: round(value, 2) for key, value in profile.items()}
     if not args.raw:
         return figures
     state = raw_env_speed(args, "state", image_size)
