@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from rpent_envs.action_checks import checked_action
-from rpent_envs.episode import episode_seed_of, success_info
+from rpent_envs.episode import episode_seed_of, observation_space, success_info
 from rpent_envs.libero.backend import LiberoTask, import_libero, load_task
 from rpent_envs.state_checks import INVALID_STATE_KEY, LastFiniteState
 
@@ -157,11 +157,9 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             else self.task.benchmark_language
         )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
-        spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)}
-        if obs_mode == "rgb":
-            image_space = gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
-            spaces = {"image": image_space, "wrist_image": image_space, **spaces}
-        self.observation_space = gym.spaces.Dict(spaces)
+        self.observation_space = observation_space(
+            STATE_DIM, image_size if obs_mode == "rgb" else None
+        )
         self.episode_seed: int | None = None
         self.current_init_state_id: int | None = None
         self._elapsed_steps = 0
