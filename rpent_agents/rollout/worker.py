@@ -93,9 +93,9 @@ class RLTWorker(gym.Wrapper):
     critical phase as the reference `AutoGate` defines it, whatever gate the switch uses, so
     runs with different gates count the same steps) and the worker's seconds,
     `worker_chunk_s` (simulating the chunk), `worker_render_s` (the part of it spent rendering
-    the cameras and reading their images back: the peg env's `render_s` over the chunk's
-    steps) and `worker_reset_s` (starting the next episode inside the step; 0 when none
-    started).
+    the cameras and reading their images back, by the peg env's `rendering_s` clock; 0 for an
+    env without one) and `worker_reset_s` (starting the next episode inside the step; 0 when
+    none started).
 
     Example:
         >>> worker = RLTWorkerFactory(PegRLTConfig(render_backend="cpu", expert_takeover=True))()
@@ -175,17 +175,16 @@ class RLTWorker(gym.Wrapper):
     ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict]:
         """Execute one chunk (the driver's); infos padded."""
         self.reference.chunk = np.asarray(action["ref_chunk"], dtype=np.float32)
-        started_s = time.perf_counter()
+        started_s, rendering_started_s = time.perf_counter(), self._rendering_s()
         critical_phase = self.phase_gate.active
         obs, reward, terminated, truncated, info = self.env.step(action["actor"])
         self.phase_gate.update(info["step_infos"])
-        render_s = sum(step_info.get("render_s", 0.0) for step_info in info["step_infos"])
         lost_grasp_ended = self._actor_lost_the_peg(info) and not (terminated or truncated)
         terminated = terminated or lost_grasp_ended
         info = self._fixed_shape(info, critical_phase)
         info["lost_grasp_ended"] = lost_grasp_ended
         info["worker_chunk_s"], info["worker_reset_s"] = time.perf_counter() - started_s, 0.0
-        info["worker_render_s"] = float(render_s)
+        info["worker_render_s"] = self._rendering_s() - rendering_started_s
         reset_seed = int(action.get("reset_seed", NO_RESET_SEED))
         if (terminated or truncated) and reset_seed != NO_RESET_SEED:
             info["final_obs"] = obs
@@ -195,6 +194,10 @@ class RLTWorker(gym.Wrapper):
             info["worker_reset_s"] = time.perf_counter() - reset_started_s
             info[INSTRUCTION_KEY] = reset_info.get(INSTRUCTION_KEY, info.get(INSTRUCTION_KEY))
         return obs, reward, terminated, truncated, info
+
+    def _rendering_s(self) -> float:
+        """The peg env's rendering clock (seconds since it was built; 0.0 without one)."""
+        return float(getattr(self.unwrapped, "rendering_s", 0.0))
 
     def _actor_lost_the_peg(self, info: dict[str, Any]) -> bool:
         """Whether this chunk ends its episode under `end_lost_grasps` (tracks the grasp).

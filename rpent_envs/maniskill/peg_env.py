@@ -66,8 +66,8 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     `task` (the instruction), `episode_seed` (int, the seed of the episode's poses) and
     `scene_seed` (int, the seed the scene, i.e. peg and box sizes, was built from: the episode
     seed itself unless the scene is kept across resets); with `obs_mode="rgb"` also
-    `images_rendered` (bool) and `render_s` (float, the step's seconds rendering both cameras
-    and reading their images back; 0.0 when it rendered nothing).
+    `images_rendered` (bool). Infos repeat exactly for a seed and actions, so the seconds
+    spent rendering are a clock on the env instead (`rendering_s`).
 
     Scene reuse: rebuilding the SAPIEN scene is most of a reset's cost. With
     `reconfiguration_freq=k` the scene (and so the peg and box sizes) is rebuilt at every k-th
@@ -193,7 +193,6 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         info = self._info(raw_info)
         if self.obs_mode == "rgb":
             info["images_rendered"] = not skip_images
-            info["render_s"] = self._sim.unwrapped.sensor_data_s
         obs = self._observation(raw_obs)
         obs["state"], invalid = self._states.check(obs["state"])
         if invalid is not None:
@@ -205,6 +204,14 @@ class PegInsertionEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         obs = self._observation(self._sim.get_obs())
         obs["state"], _ = self._states.check(obs["state"])
         return obs
+
+    @property
+    def rendering_s(self) -> float:
+        """Seconds spent rendering both cameras and reading their images back, since built.
+
+        Resets included; a clock for profiles (the Stage 2 workers' `worker_render_s`).
+        """
+        return float(self._sim.unwrapped.sensor_data_s)
 
     def render(self) -> np.ndarray | None:
         """Return the 512x512 third-person RGB view when `render_mode="rgb_array"`."""

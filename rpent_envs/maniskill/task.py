@@ -88,8 +88,8 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
         self.skip_sensor_data = False
         """While True, observations carry no sensor data (nothing is rendered)."""
         self.sensor_data_s = 0.0
-        """Seconds the latest observation took with its sensor data: rendering both cameras
-        and reading their images back (0.0 when `skip_sensor_data` skipped them)."""
+        """Seconds spent on observations' sensor data since the env was built: rendering both
+        cameras and reading their images back (a clock for profiles)."""
         self.agent_obs_only = agent_obs_only
         """Observations hold the robot's state and sensor data but no task extras (poses of
         the TCP, peg and hole): for a consumer that reads only the robot's joints."""
@@ -168,11 +168,10 @@ class PegInsertionSideWideClearanceEnv(PegInsertionSideEnv):
 
     def _get_obs_with_sensor_data(self, info: dict, apply_texture_transforms: bool = True) -> dict:
         if self.skip_sensor_data:  # the caller reads no image of this step (ImageDemand)
-            self.sensor_data_s = 0.0
             return dict(agent=self._get_obs_agent(), extra=self._get_obs_extra(info))
         started_s = time.perf_counter()
         obs = super()._get_obs_with_sensor_data(info, apply_texture_transforms)
-        self.sensor_data_s = time.perf_counter() - started_s
+        self.sensor_data_s += time.perf_counter() - started_s
         return obs
 
     @property
