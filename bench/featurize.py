@@ -13,10 +13,12 @@ runs eagerly, with no graph), then prints their ratio per batch size (`eager_ove
 
 pi0.5 runs along several paths (`--pi05-paths`):
 
-- `eager`: `PI05FeatureModel` on the stock eager LeRobot code, from the policy batch;
-- `fast`: the same with the fast path (torch.compile, batch buckets, CUDA graphs on CUDA);
+- `eager`: `PI05FeatureModel` on the stock eager LeRobot code, from the policy batch, its
+  outputs left on the device;
+- `fast`: the same with the fast path (torch.compile, batch buckets, CUDA graphs on CUDA; the
+  vision tower in bf16 for a bf16 policy: `bf16_vision`);
 - `in-process`: raw observations -> `z_rl` + chunk through `RLTFeaturizer` (fast path, a random
-  RL token), what the RL stage calls;
+  RL token, computed in bf16 for a bf16 policy: `rl_token_dtype`), what the RL stage calls;
 - `remote`: the same through `rpent-feature-server`'s policy and `RemoteFeatureModel` over
   loopback (a server process of this script, `--serve`, with its own fast-path model, warmed
   up on the batch sizes before it listens; `listening_after_s` is its start, cache loads
@@ -239,9 +241,9 @@ def policy_batch_call(model, resolution, device, batch_size):
     }
     batch |= prompt_tokens(model.policy, batch_size, device)
 
-    def call():
+    def call():  # on the device: the timers synchronise (the prefix is ~0.5 GB at batch 64)
         features = model.features_from_policy_batch(batch)
-        return features.prefix_tokens.float().cpu(), features.ref_chunk.cpu()
+        return features.prefix_tokens, features.ref_chunk
 
     return call
 
@@ -251,7 +253,9 @@ def rlt_call(featurizer, resolution, batch_size):
     return lambda: featurizer.rlt_features(observations, [INSTRUCTION] * batch_size)
 
 
-def pi05_featurizer(policy, device, fast_path, compile_cache_dir=None):
+def pi05_featurizer(policy, device, fast_path, compile_cache_dir=None, **options):
+    """`RLTFeaturizer` of a `PI05FeatureModel` (`options`: its other arguments) with the
+    stand-in pre-processor and a random RL token."""
     from rpent_agents.features.pi05 import PI05FeatureModel
 
     preprocess = stand_in_preprocessor(policy, device)
@@ -261,8 +265,11 @@ def pi05_featurizer(policy, device, fast_path, compile_cache_dir=None):
         lambda chunk: chunk,
         fast_path=fast_path,
         compile_cache_dir=compile_cache_dir,
+        **options,
     )
-    return RLTFeaturizer(model, RLToken(RLTokenConfig(dim=model.prefix_dim, prefix_seq_len=1024)))
+    rl_token = RLToken(RLTokenConfig(dim=model.prefix_dim, prefix_seq_len=1024))
+    rl_token_dtype = torch.bfloat16 if policy.config.dtype == "bfloat16" else torch.float32
+    return RLTFeaturizer(model, rl_token, rl_token_dtype)
 
 
 def serve(args, device, dtype):

@@ -2,8 +2,11 @@
 
 For each batch size: warm the bucket up (compile, or load it from the compile cache: a
 `warmup` row with its seconds, their source and the process's age after it, so a run after
-bench/featurize.py measures a second start), then profile `--calls` calls of
-`PI05FeatureModel.features_from_policy_batch` and read the trace:
+bench/featurize.py measures a second start), then profile `--calls` calls of each path and read
+the trace. The paths (`path` in each row) are bench/featurize.py's: `fast`,
+`PI05FeatureModel.features_from_policy_batch` (outputs left on the device), and `in-process`,
+raw observations -> `z_rl` + chunk through `RLTFeaturizer` (host stacking, pre-processing, the
+RL token in the policy's dtype, the read back):
 
 - `kernel` rows: device time per kernel name (ms per call, launches per call, share), the top
   `--top`;
@@ -32,10 +35,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from featurize import pi05_policy, policy_batch_call, process_age_s
+from featurize import pi05_featurizer, pi05_policy, policy_batch_call, process_age_s, rlt_call
 
 from rpent_agents.features.buckets import bucket_size
-from rpent_agents.features.pi05 import PI05FeatureModel
 
 KERNEL_CLASSES = {  # first match wins
     "attention": r"flash|fmha|attention|sdpa|softmax",
@@ -130,29 +132,45 @@ def timeline_row(events, kernels, calls, wall_s):
     }
 
 
-def profile_batch(model, resolution, device, batch_size, args):
-    call = policy_batch_call(model, resolution, device, batch_size)
-    start = time.perf_counter()
-    call()  # the bucket's warm-up: compile or compile cache, capture
-    first_call_s, since_start_s = time.perf_counter() - start, process_age_s()
-    call()
+def profile_calls(call, device, calls):
+    """`calls` calls of `call` under torch.profiler: (trace events, wall seconds)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as profiler:
         start = time.perf_counter()
-        for _ in range(args.calls):
-            call()  # each ends with the outputs on the host: synchronised
+        for _ in range(calls):
+            call()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         wall_s = time.perf_counter() - start
-    events = trace_events(profiler)
-    kernels = device_events(events)
-    rows, classes = kernel_rows(kernels, args.calls, args.top)
+    return trace_events(profiler), wall_s
+
+
+def profile_batch(featurizer, resolution, device, batch_size, args):
+    model = featurizer.feature_model
+    calls = {
+        "fast": policy_batch_call(model, resolution, device, batch_size),
+        "in-process": rlt_call(featurizer, resolution, batch_size),
+    }
+    start = time.perf_counter()
+    calls["fast"]()  # the bucket's warm-up: compile or compile cache, capture
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    first_call_s, since_start_s = time.perf_counter() - start, process_age_s()
     warmup = model.warmup[bucket_size(batch_size, model.batch_buckets)]
     head = {"batch": batch_size, "compile_mode": model.compile_mode}
     first = {"kind": "warmup", "first_call_s": round(first_call_s, 2), "source": warmup.source}
     first |= {"first_compile_s": warmup.first_compile_s, "since_start_s": since_start_s}
-    timeline = timeline_row(events, kernels, args.calls, wall_s)
-    return [head | row for row in (first, timeline, classes, *rows)]
+    rows = [head | first]
+    for path, call in calls.items():
+        call()
+        events, wall_s = profile_calls(call, device, args.calls)
+        kernels = device_events(events)
+        kernel_table, classes = kernel_rows(kernels, args.calls, args.top)
+        timeline = timeline_row(events, kernels, args.calls, wall_s)
+        rows += [head | {"path": path} | row for row in (timeline, classes, *kernel_table)]
+    return rows
 
 
 def main():
@@ -172,17 +190,16 @@ def main():
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     policy, resolution = pi05_policy(args.size, device, dtype)
-    model = PI05FeatureModel(
+    featurizer = pi05_featurizer(
         policy,
-        None,
-        lambda chunk: chunk,
-        fast_path=True,
+        device,
+        True,
+        args.compile_cache_dir,
         compile_mode=args.compile_mode,
         batch_buckets=args.batch_sizes,
-        compile_cache_dir=args.compile_cache_dir,
     )
     for batch_size in args.batch_sizes:
-        for row in profile_batch(model, resolution, device, batch_size, args):
+        for row in profile_batch(featurizer, resolution, device, batch_size, args):
             line = json.dumps({"bench": "pi05_profile", "size": args.size} | row)
             print(line, flush=True)
             if args.jsonl:

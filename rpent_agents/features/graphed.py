@@ -228,7 +228,7 @@ class GraphedRLTFeaturizer(RLTFeaturizer):
         vla = self.feature_model
         prefix, pad_mask = vla.encode_prefix(inputs.observations, inputs.text_ids, inputs.text_mask)
         ref_chunk = vla.sample_chunk(prefix, pad_mask)
-        z_rl = self.rl_token.encode(prefix, pad_mask, vla.image_token_count)
+        z_rl = self.encode_rl_token(prefix, pad_mask, vla.image_token_count)
         checked = (real_prefix_tokens(prefix, pad_mask), ref_chunk, z_rl)
         flat_outputs = [z_rl.float(), ref_chunk.float().flatten(1)]
         return torch.cat([*flat_outputs, non_finite_columns(checked)], dim=1)

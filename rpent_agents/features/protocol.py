@@ -91,11 +91,19 @@ class RLTFeaturizer:
         ((1, 256), (1, 10, 8))
     """
 
-    def __init__(self, feature_model: FeatureModel, rl_token: RLToken | None) -> None:
+    def __init__(
+        self,
+        feature_model: FeatureModel,
+        rl_token: RLToken | None,
+        rl_token_dtype: torch.dtype = torch.float32,
+    ) -> None:
         """Pair a feature model with the RL token trained on its prefix (same width D).
 
         `rl_token=None`: prefix features only (a model no RL token was trained on, e.g. pi0.5
         on the feature server); `rlt_features` then raises ValueError and `z_dim` is None.
+        `rl_token_dtype=torch.bfloat16` runs the RL token under bf16 autocast (its weights
+        stay fp32), as Stage 1 trains it on CUDA: on a long prefix (pi0.5's: 712 tokens of
+        width 2048, ~0.2 TFLOP per observation) fp32 matmuls leave the tensor cores idle.
         """
         if rl_token is not None and rl_token.config.dim != feature_model.prefix_dim:
             raise ValueError(
@@ -105,6 +113,7 @@ class RLTFeaturizer:
         self.feature_model = feature_model
         self.rl_token = None if rl_token is None else rl_token.to(feature_model.device).eval()
         self.z_dim = None if rl_token is None else rl_token.config.dim
+        self.rl_token_dtype = rl_token_dtype
         self.chunk_len = feature_model.chunk_len
         self.action_dim = feature_model.action_dim
 
@@ -141,10 +150,19 @@ class RLTFeaturizer:
                 " no z_rl: ask for prefix features, or pass the RL token trained on its prefix"
             )
         prefix = self.prefix_features(observations, instructions)
-        z_rl = self.rl_token.encode(prefix.prefix_tokens, prefix.pad_mask, prefix.image_token_count)
+        z_rl = self.encode_rl_token(prefix.prefix_tokens, prefix.pad_mask, prefix.image_token_count)
         features = RLTFeatures(
             z_rl=z_rl.float().cpu().numpy(),
             ref_chunk=prefix.ref_chunk.float().cpu().numpy(),
         )
         require_finite_outputs({"z_rl": features.z_rl}, "the RL token")
         return features
+
+    def encode_rl_token(
+        self, prefix_tokens: torch.Tensor, pad_mask: torch.Tensor, image_token_count: int
+    ) -> torch.Tensor:
+        """`z_rl` (B, D) float32 of the prefix, computed in `rl_token_dtype`."""
+        device_type = prefix_tokens.device.type
+        reduced = self.rl_token_dtype != torch.float32
+        with torch.autocast(device_type, self.rl_token_dtype, enabled=reduced):
+            return self.rl_token.encode(prefix_tokens, pad_mask, image_token_count).float()

@@ -1,6 +1,8 @@
 """pi0.5 through LeRobot's PI05Policy: a tiny random model, saved and loaded like a real one
 (`pi05_toy.py`: small Gemma and vision configs, a local word-level tokenizer)."""
 
+import contextlib
+
 import pytest
 import torch
 from pi05_toy import (
@@ -73,6 +75,52 @@ def test_rl_token_on_pi05_prefix(pi05_model):
     rl_token = RLToken(RLTokenConfig(dim=WIDTH, prefix_seq_len=64))
     features = RLTFeaturizer(pi05_model, rl_token).rlt_features(observations(2), [INSTRUCTION] * 2)
     assert features.z_rl.shape == (2, WIDTH) and features.ref_chunk.shape == (2, 10, 8)
+
+
+def test_rl_token_in_bf16_is_close_to_fp32(pi05_model):
+    rl_token = RLToken(RLTokenConfig(dim=WIDTH, prefix_seq_len=64))
+    obs, instructions = observations(2), [INSTRUCTION] * 2
+    z_rl = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        torch.manual_seed(3)
+        featurizer = RLTFeaturizer(pi05_model, rl_token, rl_token_dtype=dtype)
+        z_rl[dtype] = torch.from_numpy(featurizer.rlt_features(obs, instructions).z_rl)
+    assert z_rl[torch.bfloat16].dtype == torch.float32
+    assert not torch.allclose(z_rl[torch.bfloat16], z_rl[torch.float32], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(z_rl[torch.bfloat16], z_rl[torch.float32], rtol=5e-2, atol=5e-2)
+
+
+def test_bf16_vision_changes_only_the_precision(pi05_model):
+    """The vision tower under bf16 autocast: close to LeRobot's fp32 vision path, not equal;
+    the stock path stays the default off the fast path, and the fast path of a bf16 policy
+    turns it on."""
+    assert pi05_model.bf16_vision is False
+    policy, pre, post = pi05_model.policy, pi05_model.preprocessor, pi05_model.postprocessor
+    bf16_vision = PI05FeatureModel(policy, pre, post, bf16_vision=True)
+    obs = observations(2)
+    prefixes = []
+    for model in (pi05_model, bf16_vision):
+        torch.manual_seed(9)
+        prefixes.append(model.featurize(obs, [INSTRUCTION] * 2).prefix_tokens)
+    stock, reduced = prefixes
+    images = pi05_model.featurize(obs, [INSTRUCTION] * 2).image_token_count
+    assert not torch.allclose(reduced[:, :images], stock[:, :images], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(reduced, stock, rtol=5e-2, atol=5e-2)
+    language_model = policy.model.paligemma_with_expert.paligemma.model.language_model
+    with weights_in(language_model.embed_tokens, torch.bfloat16):
+        assert PI05FeatureModel(policy, pre, post, fast_path=True).bf16_vision is True
+    assert PI05FeatureModel(policy, pre, post, fast_path=True).bf16_vision is False
+
+
+@contextlib.contextmanager
+def weights_in(module, dtype):
+    """`module`'s weights in `dtype` for the block, restored after it."""
+    original = module.weight.dtype
+    module.to(dtype)
+    try:
+        yield
+    finally:
+        module.to(original)
 
 
 def test_missing_local_tokenizer_is_named(pi05_folders, tmp_path):
