@@ -2,7 +2,8 @@
 
 For each batch size: warm the bucket up (compile, or load it from the compile cache: a
 `warmup` row with its seconds, their source and the process's age after it, so a run after
-bench/featurize.py measures a second start), then profile `--calls` calls of each path and read
+bench/featurize.py measures a second start; `compile_times_s`: torch's compile-phase timers,
+where a cache load spends its seconds), then profile `--calls` calls of each path and read
 the trace. The paths (`path` in each row) are bench/featurize.py's: `fast`,
 `PI05FeatureModel.features_from_policy_batch` (outputs left on the device), and `in-process`,
 raw observations -> `z_rl` + chunk through `RLTFeaturizer` (host stacking, pre-processing, the
@@ -35,7 +36,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from featurize import pi05_featurizer, pi05_policy, policy_batch_call, process_age_s, rlt_call
+from featurize import (
+    dynamo_compile_times,
+    pi05_featurizer,
+    pi05_policy,
+    policy_batch_call,
+    process_age_s,
+    rlt_call,
+)
 
 from rpent_agents.features.buckets import bucket_size
 
@@ -162,6 +170,7 @@ def profile_batch(featurizer, resolution, device, batch_size, args):
     head = {"batch": batch_size, "compile_mode": model.compile_mode}
     first = {"kind": "warmup", "first_call_s": round(first_call_s, 2), "source": warmup.source}
     first |= {"first_compile_s": warmup.first_compile_s, "since_start_s": since_start_s}
+    first |= {"compile_times_s": dynamo_compile_times()}  # this process's, summed so far
     rows = [head | first]
     for path, call in calls.items():
         call()
