@@ -24,6 +24,9 @@ pi0.5 runs along several paths (`--pi05-paths`):
   up on the batch sizes before it listens; `listening_after_s` is its start, cache loads
   included, and its log lines show each bucket's warm-up).
 
+With `--prompt-slots N` the fast paths keep only the prompt's first N of its 200 token slots
+(`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock.
+
 Every JSON line printed also goes to `--jsonl PATH` (appended, each tagged with `--label`), the
 file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows carry the
 bucket's warm-up (`source`: "compiled" or "cache", `first_compile_s`) and `since_start_s`, the
@@ -280,7 +283,9 @@ def serve(args, device, dtype):
     from rpent_agents.features.remote import FeatureServerPolicy
 
     policy, _ = pi05_policy(args.size, device, dtype)
-    featurizer = pi05_featurizer(policy, device, True, args.compile_cache_dir)
+    featurizer = pi05_featurizer(
+        policy, device, True, args.compile_cache_dir, prompt_slots=args.prompt_slots
+    )
     # Warmed up before it listens: a compile inside a request would block the websocket's
     # keepalive pings past the client's 20 s timeout (as `rpent-feature-server --warm-up`).
     featurizer.feature_model.warm_up(args.batch_sizes)
@@ -302,6 +307,8 @@ def start_server(args):
     command += [str(size) for size in args.batch_sizes]
     if args.compile_cache_dir is not None:
         command += ["--compile-cache-dir", str(args.compile_cache_dir)]
+    if args.prompt_slots is not None:
+        command += ["--prompt-slots", str(args.prompt_slots)]
     server, started = subprocess.Popen(command), time.monotonic()
     deadline = started + SERVER_START_S
     while True:
@@ -320,7 +327,9 @@ def start_server(args):
 
 def pi05_report(policy, resolution, device, args):
     eager = pi05_featurizer(policy, device, fast_path=False).feature_model
-    in_process = pi05_featurizer(policy, device, True, args.compile_cache_dir)
+    in_process = pi05_featurizer(
+        policy, device, True, args.compile_cache_dir, prompt_slots=args.prompt_slots
+    )
     fast = in_process.feature_model
     makers = {
         "eager": lambda batch: policy_batch_call(eager, resolution, device, batch),
@@ -397,6 +406,9 @@ def main():
     )
     parser.add_argument("--pi05-paths", nargs="+", default=PI05_PATHS, choices=PI05_PATHS)
     parser.add_argument("--compile-cache-dir", type=Path, help="default: the library's")
+    parser.add_argument(
+        "--prompt-slots", type=int, help="pi0.5 fast paths: prompt slots kept (default all 200)"
+    )
     parser.add_argument("--jsonl", type=Path, help="append every JSON line to this file")
     parser.add_argument("--label", default="", help="tags the --jsonl lines (e.g. the run)")
     parser.add_argument("--serve", type=int, metavar="PORT", help="(internal) the remote path")
@@ -413,6 +425,7 @@ def main():
         return
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     header.update(dtype=args.dtype, size=args.size, torch=torch.__version__)
+    header.update(prompt_slots=args.prompt_slots)
     emit(header | {"started_s": process_age_s()})
     rows = []
     if "builtin" in args.models:

@@ -8,7 +8,9 @@
 #   2. second_start: bench/pi05_profile.py, a new process: each bucket's warm-up from the cache
 #      (first-call seconds and the process's age, goal <= 60 s), then torch.profiler over 3 warm
 #      calls per batch (kernels by device time, classes, device idle gaps, launch calls);
-#   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (~400 s, bucket 4).
+#   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (~400 s, bucket 4);
+#   4. short_prompt: bench/featurize.py's fast and in-process paths keeping 64 of the 200
+#      prompt slots (--prompt-slots 64: two more compiles; the stand-in prompts fill 50).
 # Every step writes its log and its JSON lines under $JOB (default /tmp/job), outside the tree;
 # pi05_poll.sh packs them into one file of $OUT. Carry .carry_pi (pack_carry.sh pi). Start it
 # detached and poll (a job longer than the 10-minute command limit, ../shared/DEVICE.md):
@@ -33,7 +35,7 @@ run_step() {  # name, command...: its log and exit status under $job
   "$@" > "$job/$name.log" 2>&1
   echo "== $name rc=$? end $(date +%T)" | tee -a "$job/steps.txt"
 }
-for step in ${STEPS:-first_start second_start tests}; do
+for step in ${STEPS:-first_start second_start tests short_prompt}; do
   case $step in
     first_start)
       run_step first_start python3 bench/featurize.py "${common[@]}" --models pi05 \
@@ -42,6 +44,10 @@ for step in ${STEPS:-first_start second_start tests}; do
     second_start)
       run_step second_start python3 bench/pi05_profile.py "${common[@]}" \
         --jsonl "$job/h200_second_start_profile.jsonl" ;;
+    short_prompt)
+      run_step short_prompt python3 bench/featurize.py "${common[@]}" --models pi05 \
+        --pi05-paths fast in-process --prompt-slots 64 --jsonl "$job/h200_short_prompt.jsonl" \
+        --label "64 prompt slots" ;;
     tests)
       [ "${RUN_TESTS:-0}" = 1 ] && run_step tests python3 -m pytest -q -rs -p no:cacheprovider \
         tests/rpent_agents/features/test_pi05_cuda.py ;;

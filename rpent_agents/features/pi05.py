@@ -100,6 +100,7 @@ class PI05FeatureModel:
     Attributes:
         fast_path: Whether featurization runs compiled (see the module doc).
         bf16_vision: Whether the SigLIP tower and projector run under bf16 autocast.
+        prompt_slots: Prompt token slots kept for the prefix pass (None: all of them).
         warmup: Per batch bucket warmed up in this process, its `BucketWarmup` (seconds,
             "compiled" or "cache", the first-ever compile's seconds).
         compile_cache_dir: Root of the compile cache this model reads and writes.
@@ -121,6 +122,7 @@ class PI05FeatureModel:
         batch_buckets: Sequence[int] = BATCH_BUCKETS,
         compile_cache_dir: Path | None = None,
         bf16_vision: bool | None = None,
+        prompt_slots: int | None = None,
     ) -> None:
         """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
 
@@ -139,10 +141,16 @@ class PI05FeatureModel:
             bf16_vision: Run the SigLIP tower and its projector (fp32 weights in LeRobot)
                 under bf16 autocast; None: on the fast path when the language model's
                 weights are bf16. False keeps the stock fp32 vision path.
+            prompt_slots: Keep only the first `prompt_slots` of the tokenizer's
+                `tokenizer_max_length` prompt slots (200 for pi0.5). The prompt is padded on
+                the right and padding changes no real token's output, so a prefix shortened to
+                what prompts fill gives the same features for less compute. A prompt longer
+                than this is refused. None keeps every slot.
 
         Raises:
-            ValueError: When `camera_keys` names a feature the policy lacks, or
-                `batch_buckets` is empty or holds a size below 1.
+            ValueError: When `camera_keys` names a feature the policy lacks,
+                `batch_buckets` is empty or holds a size below 1, or `prompt_slots` is not
+                between 1 and the policy's `tokenizer_max_length`.
         """
         self.policy = policy.eval()
         self.preprocessor = preprocessor
@@ -163,6 +171,13 @@ class PI05FeatureModel:
         self.compile_mode = compile_mode or ("reduce-overhead" if on_cuda else "default")
         bf16_policy = _language_model_dtype(policy) == torch.bfloat16
         self.bf16_vision = self.fast_path and bf16_policy if bf16_vision is None else bf16_vision
+        slots = policy.config.tokenizer_max_length
+        if prompt_slots is not None and not 1 <= prompt_slots <= slots:
+            raise ValueError(
+                f"prompt_slots={prompt_slots}: pass a number of prompt slots from 1 to the "
+                f"policy's tokenizer_max_length ({slots}), or None for all of them"
+            )
+        self.prompt_slots = prompt_slots
         self.batch_buckets = checked_buckets(batch_buckets)
         self.compile_cache_dir = Path(compile_cache_dir or default_cache_root())
         self.warmup: dict[int, BucketWarmup] = {}
@@ -186,11 +201,12 @@ class PI05FeatureModel:
         batch_buckets: Sequence[int] = BATCH_BUCKETS,
         compile_cache_dir: Path | None = None,
         bf16_vision: bool | None = None,
+        prompt_slots: int | None = None,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
 
         `camera_keys`, `fast_path` (None: compiled on CUDA, eager elsewhere), `batch_buckets`,
-        `compile_cache_dir` and `bf16_vision` as in the constructor.
+        `compile_cache_dir`, `bf16_vision` and `prompt_slots` as in the constructor.
 
         Raises:
             FileNotFoundError: When a checkpoint or tokenizer file is missing.
@@ -237,6 +253,7 @@ class PI05FeatureModel:
             batch_buckets=batch_buckets,
             compile_cache_dir=compile_cache_dir,
             bf16_vision=bf16_vision,
+            prompt_slots=prompt_slots,
         )
 
     @property
@@ -297,12 +314,14 @@ class PI05FeatureModel:
         from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS
 
         images, image_masks = self.policy._preprocess_images(batch)
-        tokens = batch[OBS_LANGUAGE_TOKENS]
+        tokens, token_mask = self._kept_prompt_slots(
+            batch[OBS_LANGUAGE_TOKENS], batch[OBS_LANGUAGE_ATTENTION_MASK]
+        )
         config = self.policy.config
         noise = self.policy.model.sample_noise(
             (tokens.shape[0], config.chunk_size, config.max_action_dim), self.device
         )
-        inputs = (*images, *image_masks, tokens, batch[OBS_LANGUAGE_ATTENTION_MASK], noise)
+        inputs = (*images, *image_masks, tokens, token_mask, noise)
         run = self._run_fast if self.fast_path else self._prefix_pass_and_chunk
         prefix_tokens, pad_mask, chunk = run(*inputs)
         ref_chunk = self.postprocessor(chunk[:, :, : self.action_dim])
@@ -312,6 +331,25 @@ class PI05FeatureModel:
             ref_chunk=ref_chunk.float(),
             image_token_count=prefix_tokens.shape[1] - tokens.shape[1],
         )
+
+    def _kept_prompt_slots(
+        self, tokens: torch.Tensor, token_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt tokens and mask (B, L) cut to `prompt_slots` columns.
+
+        Raises:
+            ValueError: When a prompt holds a token past `prompt_slots`.
+        """
+        slots = self.prompt_slots
+        if slots is None or slots >= tokens.shape[1]:
+            return tokens, token_mask
+        if token_mask[:, slots:].any():
+            longest = int(token_mask.sum(dim=1).max())
+            raise ValueError(
+                f"a prompt fills {longest} token slots but prompt_slots={slots}: raise "
+                f"prompt_slots (up to {tokens.shape[1]}) or shorten the instruction"
+            )
+        return tokens[:, :slots], token_mask[:, :slots]
 
     def _prefix_pass_and_chunk(
         self, *inputs: torch.Tensor, parts: CompiledParts | None = None
@@ -417,6 +455,7 @@ class PI05FeatureModel:
             "device": device_kind(self.device),
             "compile_mode": self.compile_mode,
             "bf16_vision": self.bf16_vision,
+            "prompt_slots": self.prompt_slots,
             "dtypes": sorted({dtype for _, _, dtype in layout}),
             "parameters": sum(int(np.prod(shape)) for _, shape, _ in layout),
             "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),

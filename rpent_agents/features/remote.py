@@ -3,15 +3,15 @@
 Server: `rpent-feature-server --checkpoint CKPT --port 8000` hosts a Stage 1 checkpoint with
 `openpi_server.WebsocketPolicyServer` (OpenPI's websocket + msgpack-numpy protocol);
 `--pi05-checkpoint CKPT --tokenizer-dir TOK` hosts pi0.5 instead (prefix tokens and reference
-chunks; its fast path's `--batch-buckets`, `--compile-cache-dir`, and `--no-warm-up` to skip
-compiling every bucket before it listens). Each
-request is a batch: `observations` (dict of stacked arrays: `image`, `wrist_image`, `state`),
-`instructions` (list of str) and `want` ("z_rl" or "prefix"); the reply holds `z_rl` or the
-prefix tokens, pad mask and image token count, plus `ref_chunk` (env units). The metadata sent
-on connect (`rpent_feature_server`, `z_dim`, `prefix_dim`, `chunk_len`, `action_dim`) tells
-the client what it talks to. A request the featurizer refuses (an observation holding NaN or
-inf, a model output holding one: `RLTFeaturizer`) gets the reply `{"error": message}`, which
-the client raises as `FeatureServerError`; the connection stays open and the server serves on.
+chunks; its fast path's `--batch-buckets`, `--compile-cache-dir`, `--prompt-slots`, and
+`--no-warm-up` to skip compiling every bucket before it listens). Each request is a batch:
+`observations` (dict of stacked arrays: `image`, `wrist_image`, `state`), `instructions` (list
+of str) and `want` ("z_rl" or "prefix"); the reply holds `z_rl` or the prefix tokens, pad mask
+and image token count, plus `ref_chunk` (env units). The metadata sent on connect
+(`rpent_feature_server`, `z_dim`, `prefix_dim`, `chunk_len`, `action_dim`) tells the client what
+it talks to. A request the featurizer refuses (an observation holding NaN or inf, a model output
+holding one: `RLTFeaturizer`) gets the reply `{"error": message}`, which the client raises as
+`FeatureServerError`; the connection stays open and the server serves on.
 
 Client: `RemoteFeatureModel(host, port)` (openpi-client) offers `rlt_features` (what
 `wrappers.RLTObservation` needs) and `featurize` (the `FeatureModel` protocol). Against a stock
@@ -233,6 +233,10 @@ class ServeArgs:
     compile_cache_dir: Path | None = None
     """pi0.5 fast path: compile cache root; default $RPENT_COMPILE_CACHE_DIR, else
     ~/.cache/rpent/compile."""
+    prompt_slots: int | None = None
+    """pi0.5: prompt token slots kept of the tokenizer's 200 (default all); a shorter prefix
+    for the same features when prompts fit, and a request whose prompt does not gets an
+    error."""
     warm_up: bool = True
     """pi0.5 fast path: compile (or load from the compile cache) every bucket before serving; a
     bucket compiled inside a request blocks the websocket's keepalive pings past the client's
@@ -282,6 +286,7 @@ def pi05_featurizer(args: ServeArgs) -> RLTFeaturizer:
         args.device,
         batch_buckets=args.batch_buckets,
         compile_cache_dir=args.compile_cache_dir,
+        prompt_slots=args.prompt_slots,
     )
     if args.warm_up:
         model.warm_up()

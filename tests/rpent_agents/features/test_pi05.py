@@ -123,6 +123,30 @@ def weights_in(module, dtype):
         module.to(original)
 
 
+def test_prompt_slots_cut_only_padding(pi05_model):
+    """The toy's prompts fill 18 of 24 slots: keeping 20 gives the same features from a
+    prefix 4 tokens shorter; keeping 16 would cut a prompt, and is refused."""
+    policy, pre, post = pi05_model.policy, pi05_model.preprocessor, pi05_model.postprocessor
+    obs, instructions = observations(2), [INSTRUCTION, "insert the hole in the peg"]
+    features = []
+    for model in (pi05_model, PI05FeatureModel(policy, pre, post, prompt_slots=20)):
+        torch.manual_seed(4)
+        features.append(model.featurize(obs, instructions))
+    full, short = features
+    assert short.prefix_tokens.shape[1] == full.prefix_tokens.shape[1] - 4
+    kept = full.pad_mask[:, : short.pad_mask.shape[1]]
+    assert torch.equal(short.pad_mask, kept) and not full.pad_mask[:, -4:].any()
+    real = short.pad_mask[..., None]
+    torch.testing.assert_close(
+        short.prefix_tokens * real, full.prefix_tokens[:, : short.pad_mask.shape[1]] * real
+    )
+    torch.testing.assert_close(short.ref_chunk, full.ref_chunk, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="prompt_slots=16"):
+        PI05FeatureModel(policy, pre, post, prompt_slots=16).featurize(obs, instructions)
+    with pytest.raises(ValueError, match="prompt_slots=25"):
+        PI05FeatureModel(policy, pre, post, prompt_slots=PROMPT_SLOTS + 1)
+
+
 def test_missing_local_tokenizer_is_named(pi05_folders, tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenizer_config.json"):
         PI05FeatureModel.from_checkpoint(pi05_folders / "checkpoint", tmp_path)
@@ -181,6 +205,7 @@ def test_feature_server_serves_pi05_prefix_features(pi05_folders):
         pi05_checkpoint=pi05_folders / "checkpoint",
         tokenizer_dir=pi05_folders / "tokenizer",
         batch_buckets=(1, 4),
+        prompt_slots=20,
     )
     with pytest.MonkeyPatch.context() as monkeypatch:
         inject_tiny_configs(monkeypatch)
@@ -188,7 +213,9 @@ def test_feature_server_serves_pi05_prefix_features(pi05_folders):
     assert server_policy.featurizer.feature_model.batch_buckets == (1, 4)
     request = {"observations": stack_observations(observations(2)), "instructions": ["a", "b"]}
     reply = server_policy.infer(request | {"want": "prefix"})
-    assert reply["prefix_tokens"].shape == (2, 8 + PROMPT_SLOTS, WIDTH)
+    assert reply["prefix_tokens"].shape == (2, 8 + 20, WIDTH)  # 20 of the 24 prompt slots
     assert "no RL token" in server_policy.infer(request | {"want": "z_rl"})["error"]
+    too_long = request | {"instructions": [INSTRUCTION * 2] * 2, "want": "prefix"}
+    assert "prompt_slots=20" in server_policy.infer(too_long)["error"]
     with pytest.raises(ValueError, match="--tokenizer-dir"):
         pi05_featurizer(ServeArgs(pi05_checkpoint=pi05_folders / "checkpoint"))
