@@ -43,6 +43,7 @@ from featurize import (
     policy_batch_call,
     process_age_s,
     rlt_call,
+    synchronized,
 )
 
 from rpent_agents.features.buckets import bucket_size
@@ -161,11 +162,8 @@ def profile_batch(featurizer, resolution, device, batch_size, args):
         "fast": policy_batch_call(model, resolution, device, batch_size),
         "in-process": rlt_call(featurizer, resolution, batch_size),
     }
-    start = time.perf_counter()
-    calls["fast"]()  # the bucket's warm-up: compile or compile cache, capture
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    first_call_s, since_start_s = time.perf_counter() - start, process_age_s()
+    # The bucket's warm-up: compile or compile cache, capture.
+    first_call_s, since_start_s = synchronized(calls["fast"], device), process_age_s()
     warmup = model.warmup[bucket_size(batch_size, model.batch_buckets)]
     head = {"batch": batch_size, "compile_mode": model.compile_mode}
     first = {"kind": "warmup", "first_call_s": round(first_call_s, 2), "source": warmup.source}

@@ -368,10 +368,9 @@ class PI05FeatureModel:
         prefix_pass, euler_step = parts or (self._prefix_pass, self._euler_step)
         prefix_tokens, pad_mask, cache = prefix_pass(*inputs[:-1])
         chunk = noise = inputs[-1]
-        steps = self.policy.config.num_inference_steps
-        for step in range(steps):
+        for step in range(self.policy.config.num_inference_steps):
             # A fill, not torch.tensor(): a host-to-device copy would wait for the device.
-            time = torch.full((noise.shape[0],), 1.0 + step * (-1.0 / steps), device=noise.device)
+            time = torch.full((noise.shape[0],), 1.0 + step * self._euler_dt, device=noise.device)
             chunk = euler_step(pad_mask, cache, chunk, time)
         return prefix_tokens, pad_mask, chunk
 
@@ -407,10 +406,15 @@ class PI05FeatureModel:
     ) -> torch.Tensor:
         """One Euler step of the flow from `time` (B,) towards 0: `chunk + dt * velocity`.
 
-        The step of LeRobot's `euler_integrate` (openpi's sampling loop), `dt = -1 / steps`.
+        The step of LeRobot's `euler_integrate` (openpi's sampling loop).
         """
         velocity = self.policy.model.denoise_step(pad_mask, cache, chunk, time)
-        return chunk + (-1.0 / self.policy.config.num_inference_steps) * velocity
+        return chunk + self._euler_dt * velocity
+
+    @property
+    def _euler_dt(self) -> float:
+        """The Euler loop's time step, `-1 / num_inference_steps` (from 1 at noise to 0)."""
+        return -1.0 / self.policy.config.num_inference_steps
 
     def _run_fast(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`_prefix_pass_and_chunk` with its compiled parts, on the batch padded to its bucket."""

@@ -98,12 +98,12 @@ def test_bf16_vision_changes_only_the_precision(pi05_model):
     policy, pre, post = pi05_model.policy, pi05_model.preprocessor, pi05_model.postprocessor
     bf16_vision = PI05FeatureModel(policy, pre, post, bf16_vision=True)
     obs = observations(2)
-    prefixes = []
+    features = []
     for model in (pi05_model, bf16_vision):
         torch.manual_seed(9)
-        prefixes.append(model.featurize(obs, [INSTRUCTION] * 2).prefix_tokens)
-    stock, reduced = prefixes
-    images = pi05_model.featurize(obs, [INSTRUCTION] * 2).image_token_count
+        features.append(model.featurize(obs, [INSTRUCTION] * 2))
+    stock, reduced = (prefix.prefix_tokens for prefix in features)
+    images = features[0].image_token_count
     assert not torch.allclose(reduced[:, :images], stock[:, :images], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(reduced, stock, rtol=5e-2, atol=5e-2)
     language_model = policy.model.paligemma_with_expert.paligemma.model.language_model
