@@ -19,10 +19,12 @@ pi0.5 runs along several paths (`--pi05-paths`):
   vision tower in bf16 for a bf16 policy: `bf16_vision`);
 - `in-process`: raw observations -> `z_rl` + chunk through `RLTFeaturizer` (fast path, a random
   RL token, computed in bf16 for a bf16 policy: `rl_token_dtype`), what the RL stage calls;
-- `remote`: the same through `rpent-feature-server`'s policy and `RemoteFeatureModel` over
-  loopback (a server process of this script, `--serve`, with its own fast-path model, warmed
-  up on the batch sizes before it listens; `listening_after_s` is its start, cache loads
-  included, and its log lines show each bucket's warm-up).
+- `remote`: the same through `rpent-feature-server`'s `FeatureServer` and `RemoteFeatureModel`
+  over loopback (a server process of this script, `--serve`, with its own fast-path model). As
+  the server's default `--warm-up first` (`--server-warm-up`), it warms up the smallest batch
+  size before it listens (`listening_after_s`: its start, cache load included) and each larger
+  one on its first request; each remote row's `since_server_spawn_s` is the seconds from the
+  spawn to the end of its first call, and the server's log lines show each bucket's warm-up.
 
 With `--prompt-slots N` the fast paths keep only the prompt's first N of its 200 token slots
 (`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock.
@@ -276,27 +278,22 @@ def pi05_featurizer(policy, device, fast_path, compile_cache_dir=None, **options
 
 
 def serve(args, device, dtype):
-    """`--serve PORT`: the feature server of the remote path, a process of its own (torch 2.11
-    cannot replay CUDA graphs from a Python thread: pytorch/pytorch#123177)."""
-    from openpi_server import WebsocketPolicyServer
-
-    from rpent_agents.features.remote import FeatureServerPolicy
+    """`--serve PORT`: the feature server of the remote path, a process of its own, warmed up
+    as `rpent-feature-server --warm-up` says (`--server-warm-up`)."""
+    from rpent_agents.features.server import FeatureServer, FeatureServerPolicy, warm_up_sizes
 
     policy, _ = pi05_policy(args.size, device, dtype)
     featurizer = pi05_featurizer(
         policy, device, True, args.compile_cache_dir, prompt_slots=args.prompt_slots
     )
-    # Warmed up before it listens: a compile inside a request would block the websocket's
-    # keepalive pings past the client's 20 s timeout (as `rpent-feature-server --warm-up`).
-    featurizer.feature_model.warm_up(args.batch_sizes)
-    server_policy = FeatureServerPolicy(featurizer)
-    WebsocketPolicyServer(
-        server_policy, host="127.0.0.1", port=args.serve, metadata=server_policy.metadata
-    ).serve_forever()
+    sizes = warm_up_sizes(args.batch_sizes, args.server_warm_up)
+    warm_up = functools.partial(featurizer.feature_model.warm_up, sizes) if sizes else None
+    FeatureServer(FeatureServerPolicy(featurizer), port=args.serve, warm_up=warm_up).serve_forever()
 
 
 def start_server(args):
-    """A `--serve` process with the same model on a free loopback port, and its client."""
+    """A `--serve` process with the same model on a free loopback port, its client, and this
+    process's age when it was spawned."""
     from rpent_agents.features.remote import RemoteFeatureModel
 
     with socket.socket() as probe:
@@ -309,6 +306,8 @@ def start_server(args):
         command += ["--compile-cache-dir", str(args.compile_cache_dir)]
     if args.prompt_slots is not None:
         command += ["--prompt-slots", str(args.prompt_slots)]
+    command += ["--server-warm-up", args.server_warm_up]
+    spawn_age_s = process_age_s()
     server, started = subprocess.Popen(command), time.monotonic()
     deadline = started + SERVER_START_S
     while True:
@@ -316,7 +315,7 @@ def start_server(args):
             remote = RemoteFeatureModel("127.0.0.1", port, connect_timeout_s=5.0)
             listening_s = round(time.monotonic() - started, 2)
             emit({"model": "pi0.5 feature server", "listening_after_s": listening_s})
-            return server, remote
+            return server, remote, spawn_age_s
         except ConnectionError:
             if server.poll() is not None:
                 raise RuntimeError(f"the feature server exited with {server.returncode}") from None
@@ -336,15 +335,17 @@ def pi05_report(policy, resolution, device, args):
         "fast": lambda batch: policy_batch_call(fast, resolution, device, batch),
         "in-process": lambda batch: rlt_call(in_process, resolution, batch),
     }
-    server, rows = None, []
+    server, spawn_age_s, rows = None, None, []
     try:
         for path in args.pi05_paths:
             if path == "remote":  # started after the in-process rows: it reads their compiles
-                server, remote = start_server(args)
+                server, remote, spawn_age_s = start_server(args)
                 makers["remote"] = functools.partial(rlt_call, remote, resolution)
             name = f"pi0.5 (PI05Policy) {path}"
             warmups = fast.warmup if path in ("fast", "in-process") else None
-            rows += report(name, args.batch_sizes, makers[path], device, args.iterations, warmups)
+            rows += report(
+                name, args.batch_sizes, makers[path], device, args.iterations, warmups, spawn_age_s
+            )
     finally:
         if server is not None:
             server.terminate()
@@ -370,8 +371,9 @@ def dynamo_compile_times(top=12):
     return {name: round(totals[name], 2) for name in ranked}
 
 
-def report(name, batch_sizes, make_call, device, iterations, warmups=None):
-    """One row per batch size; `warmups`: the fast-path model's, for its bucket's warm-up."""
+def report(name, batch_sizes, make_call, device, iterations, warmups=None, spawn_age_s=None):
+    """One row per batch size; `warmups`: the fast-path model's, for its bucket's warm-up;
+    `spawn_age_s`: this process's age when the server answering the calls was spawned."""
     rows = []
     for batch_size in batch_sizes:
         known = set(warmups or ())
@@ -386,6 +388,8 @@ def report(name, batch_sizes, make_call, device, iterations, warmups=None):
                 "since_start_s": age_s,
             }
         )
+        if spawn_age_s is not None:
+            rows[-1]["since_server_spawn_s"] = round(age_s - spawn_age_s, 2)
         for bucket in set(warmups or ()) - known:  # warmed up by this row's first call
             rows[-1] |= {"bucket": bucket, "source": warmups[bucket].source}
             first_compile_s = warmups[bucket].first_compile_s
@@ -408,6 +412,12 @@ def main():
     parser.add_argument("--compile-cache-dir", type=Path, help="default: the library's")
     parser.add_argument(
         "--prompt-slots", type=int, help="pi0.5 fast paths: prompt slots kept (default all 200)"
+    )
+    parser.add_argument(
+        "--server-warm-up",
+        default="first",
+        choices=["first", "all", "none"],
+        help="remote path: the server's --warm-up (first: the smallest size before it listens)",
     )
     parser.add_argument("--jsonl", type=Path, help="append every JSON line to this file")
     parser.add_argument("--label", default="", help="tags the --jsonl lines (e.g. the run)")

@@ -24,11 +24,11 @@ download() {
 if [ "${1:-}" = pi ]; then
   # The GPU machine has transformers 5.17 and tokenizers 0.23.2; lerobot 0.6.1 wants < 5.6.
   # av and datasets are optional imports of the policy code: left out (~120 MB). openpi-client,
-  # openpi-server and tyro: the feature server path of bench/featurize.py (1 MB).
+  # websockets and tyro: the feature server path of bench/featurize.py (1 MB).
   rm -rf .carry_pi && mkdir -p .carry_pi
   download .carry_pi lerobot==0.6.1 transformers==5.5.4 tokenizers==0.22.2 draccus==0.11.6 \
     mergedeep toml termcolor gymnasium==1.4.0 farama-notifications openpi-client==0.1.2 \
-    openpi-server==0.1.0 websockets==17.4 msgpack==1.2.4 tyro==1.0.17 docstring_parser typeguard
+    websockets==17.4 msgpack==1.2.4 tyro==1.0.17 docstring_parser typeguard
   du -sh .carry_pi
   exit 0
 fi

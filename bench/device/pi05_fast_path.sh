@@ -4,7 +4,8 @@
 # default /tmp/rpent_compile: /tmp outlives the job on a held machine):
 #   1. first_start: bench/featurize.py, fast path (compiles buckets 1 and 64: ~400 + ~490 s),
 #      in process (raw observations -> z_rl + chunk) and the feature server over loopback (a new
-#      process started after them: its warm-up before listening is a restart from the cache);
+#      process started after them, a restart from the cache: it loads bucket 1 before it
+#      listens and bucket 64 in its first batch-64 request; since_server_spawn_s, goal <= 60 s);
 #   2. second_start: bench/pi05_profile.py, a new process: each bucket's warm-up from the cache
 #      (first-call seconds and the process's age, goal <= 60 s), then torch.profiler over 3 warm
 #      calls per batch (kernels by device time, classes, device idle gaps, launch calls);

@@ -87,7 +87,7 @@ BAD_INPUTS = {
         "num_envs",
     ),
     "rpent-feature-server": (
-        "rpent_agents.features.remote",
+        "rpent_agents.features.server",
         ["--checkpoint", "{tmp}/missing"],
         "missing",
     ),

@@ -1,7 +1,13 @@
 """pi0.5 through LeRobot's PI05Policy: a tiny random model, saved and loaded like a real one
 (`pi05_toy.py`: small Gemma and vision configs, a local word-level tokenizer)."""
 
-import contextlib
+import copy
+import http.client
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,13 +27,9 @@ from torch._inductor import config as inductor_config
 from rpent_agents.features.buckets import BATCH_BUCKETS, bucket_size
 from rpent_agents.features.pi05 import PI05FeatureModel
 from rpent_agents.features.protocol import RLTFeaturizer
-from rpent_agents.features.remote import (
-    FeatureServerPolicy,
-    ServeArgs,
-    pi05_featurizer,
-    stack_observations,
-)
+from rpent_agents.features.remote import RemoteFeatureModel, stack_observations
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
+from rpent_agents.features.server import FeatureServerPolicy, ServeArgs, pi05_featurizer
 
 
 @pytest.fixture(scope="module")
@@ -106,21 +108,10 @@ def test_bf16_vision_changes_only_the_precision(pi05_model):
     images = features[0].image_token_count
     assert not torch.allclose(reduced[:, :images], stock[:, :images], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(reduced, stock, rtol=5e-2, atol=5e-2)
-    language_model = policy.model.paligemma_with_expert.paligemma.model.language_model
-    with weights_in(language_model.embed_tokens, torch.bfloat16):
-        assert PI05FeatureModel(policy, pre, post, fast_path=True).bf16_vision is True
+    bf16_policy = copy.deepcopy(policy)  # a cast back would leave the shared one rounded
+    bf16_policy.model.paligemma_with_expert.paligemma.model.language_model.to(torch.bfloat16)
+    assert PI05FeatureModel(bf16_policy, pre, post, fast_path=True).bf16_vision is True
     assert PI05FeatureModel(policy, pre, post, fast_path=True).bf16_vision is False
-
-
-@contextlib.contextmanager
-def weights_in(module, dtype):
-    """`module`'s weights in `dtype` for the block, restored after it."""
-    original = module.weight.dtype
-    module.to(dtype)
-    try:
-        yield
-    finally:
-        module.to(original)
 
 
 def test_prompt_slots_cut_only_padding(pi05_model):
@@ -219,3 +210,59 @@ def test_feature_server_serves_pi05_prefix_features(pi05_folders):
     assert "prompt_slots=20" in server_policy.infer(too_long)["error"]
     with pytest.raises(ValueError, match="--tokenizer-dir"):
         pi05_featurizer(ServeArgs(pi05_checkpoint=pi05_folders / "checkpoint"))
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def healthy(port):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    finally:
+        connection.close()
+
+
+def test_server_listens_after_its_first_bucket_and_answers_while_another_compiles(
+    pi05_folders, pi05_model, tmp_path
+):
+    port = free_port()
+    script = Path(__file__).with_name("pi05_toy_server.py")
+    options = ["--device", "cpu", "--fast-path", "True", "--batch-buckets", "1", "4"]
+    options += ["--compile-cache-dir", str(tmp_path / "cache"), "--port", str(port)]
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(pi05_folders), *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        client = RemoteFeatureModel("127.0.0.1", port, connect_timeout_s=600)
+        client.featurize(observations(1), [INSTRUCTION])
+        replies = []
+        request = threading.Thread(  # batch 3: bucket 4, compiled inside this request
+            target=lambda: replies.append(client.featurize(observations(3), [INSTRUCTION] * 3))
+        )
+        request.start()
+        answered_meanwhile = 0
+        while request.is_alive():
+            answered_meanwhile += healthy(port)
+            request.join(timeout=0.5)
+        client.close()
+    finally:
+        process.terminate()
+        log = process.communicate(timeout=30)[0]
+    lines = log.splitlines()
+    events = ("bucket 1 ready", "listening on ws://", "bucket 4 ready")
+    order = [next(i for i, line in enumerate(lines) if event in line) for event in events]
+    assert order == sorted(order), log  # bucket 4 compiled after it listened, in the request
+    assert answered_meanwhile >= 3  # the loop answered while the model thread compiled
+    expected = pi05_model.featurize(observations(3), [INSTRUCTION] * 3)
+    torch.testing.assert_close(
+        replies[0].prefix_tokens, expected.prefix_tokens, rtol=1e-4, atol=1e-5
+    )
+    assert replies[0].ref_chunk.shape == expected.ref_chunk.shape

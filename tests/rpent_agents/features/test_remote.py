@@ -12,13 +12,9 @@ import torch
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import load_featurizer, save_checkpoint
 from rpent_agents.features.norm import NormStats
-from rpent_agents.features.remote import (
-    FeatureServerError,
-    FeatureServerPolicy,
-    RemoteFeatureModel,
-    stack_observations,
-)
+from rpent_agents.features.remote import FeatureServerError, RemoteFeatureModel, stack_observations
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
+from rpent_agents.features.server import FeatureServerPolicy
 
 INSTRUCTION = "insert the peg in the hole"
 
@@ -58,7 +54,7 @@ def feature_server(checkpoint):
     command = [
         sys.executable,
         "-m",
-        "rpent_agents.features.remote",
+        "rpent_agents.features.server",
         "--checkpoint",
         str(checkpoint),
     ]

@@ -1,0 +1,276 @@
+"""The feature server, `rpent-feature-server`: a GPU box featurizes for a robot PC.
+
+`rpent-feature-server --checkpoint CKPT --port 8000` serves a Stage 1 checkpoint;
+`--pi05-checkpoint CKPT --tokenizer-dir TOK` serves pi0.5 instead (prefix tokens and reference
+chunks; its fast path's `--batch-buckets`, `--compile-cache-dir`, `--prompt-slots` and
+`--warm-up`). It speaks OpenPI's websocket protocol (msgpack-numpy frames): on connect it sends
+its metadata (`rpent_feature_server`, `z_dim`, `prefix_dim`, `chunk_len`, `action_dim`), then
+answers each request frame with one reply frame, and `GET /healthz` answers "OK", so
+openpi-client and `RemoteFeatureModel` (`features.remote`, where the request and reply are
+described) both talk to it.
+
+Every model call, warm-ups included, runs on one model thread; the connections live on an
+asyncio loop in another. So the loop answers the websocket's keepalive pings and `/healthz`
+while a call runs: a bucket that compiles, or loads from the compile cache, inside a request no
+longer closes the client's connection (websockets' 20 s ping timeout), and the server can
+listen once its first bucket is ready (`--warm-up first`, the default). One thread also keeps a
+compiled model's CUDA graphs replaying in the thread that recorded them (torch 2.11:
+pytorch/pytorch#123177). Requests are answered one at a time, in the order they came.
+
+Example:
+    >>> policy = FeatureServerPolicy(load_featurizer(checkpoint, device="cuda"))
+    >>> FeatureServer(policy, port=8000).serve_forever()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import http
+import logging
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import tyro
+
+from rpent_agents.common.cli import command
+from rpent_agents.features.buckets import BATCH_BUCKETS
+from rpent_agents.features.protocol import RLTFeaturizer
+from rpent_agents.features.remote import (
+    ERROR_KEY,
+    SERVER_KIND,
+    require_openpi,
+    unstack_observations,
+)
+
+logger = logging.getLogger(__name__)
+HEALTH_PATH = "/healthz"
+# Which buckets a pi0.5 server warms up before it listens (`ServeArgs.warm_up`)
+WarmUp = Literal["first", "all", "none"]
+
+
+class FeatureServerPolicy:
+    """What the server runs per request: featurize a batch (an OpenPI `BasePolicy`).
+
+    Example:
+        >>> policy = FeatureServerPolicy(load_featurizer(checkpoint, device="cuda"))
+        >>> policy.infer({"observations": batch, "instructions": ["insert the peg"]})
+    """
+
+    def __init__(self, featurizer: RLTFeaturizer) -> None:
+        """Serve `featurizer` (a feature model with its RL token)."""
+        self.featurizer = featurizer
+        self.metadata = {
+            SERVER_KIND: True,
+            "z_dim": featurizer.z_dim,
+            "prefix_dim": featurizer.feature_model.prefix_dim,
+            "chunk_len": featurizer.chunk_len,
+            "action_dim": featurizer.action_dim,
+        }
+
+    @torch.no_grad()
+    def infer(self, request: dict) -> dict:
+        """Featurize the request's batch; a refused one gets `{"error": why}`."""
+        try:
+            return self._featurize(request)
+        except ValueError as error:  # the featurizer refused the request; serve the next one
+            logger.warning("refused a request: %s", error)
+            return {ERROR_KEY: str(error)}
+
+    def _featurize(self, request: dict) -> dict:
+        observations = unstack_observations(request["observations"])
+        instructions = list(request["instructions"])
+        if request.get("want", "z_rl") == "z_rl":
+            features = self.featurizer.rlt_features(observations, instructions)
+            return {"z_rl": features.z_rl, "ref_chunk": features.ref_chunk}
+        prefix = self.featurizer.prefix_features(observations, instructions)
+        return {
+            "prefix_tokens": prefix.prefix_tokens.float().cpu().numpy(),
+            "pad_mask": prefix.pad_mask.cpu().numpy(),
+            "ref_chunk": prefix.ref_chunk.float().cpu().numpy(),
+            "image_token_count": np.int64(prefix.image_token_count),
+        }
+
+    def reset(self) -> None:
+        """Nothing to reset: featurization keeps no state between requests."""
+
+
+class FeatureServer:
+    """A websocket server whose model calls all run on one model thread (module doc).
+
+    Attributes:
+        policy: What each request runs.
+        host: Interface it listens on.
+        port: Its TCP port.
+        warm_up: Run on the model thread before the server listens (e.g. a bucket's compile).
+    """
+
+    def __init__(
+        self,
+        policy: FeatureServerPolicy,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        warm_up: Callable[[], Any] | None = None,
+    ) -> None:
+        """Serve `policy` on ws://host:port once `warm_up` (if any) has run."""
+        self.policy = policy
+        self.host = host
+        self.port = port
+        self.warm_up = warm_up
+
+    def serve_forever(self) -> None:
+        """Warm up on the model thread, then listen and answer requests until killed."""
+        require_openpi("openpi_client")
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rpent-model") as model_thread:
+            if self.warm_up is not None:
+                model_thread.submit(self.warm_up).result()
+            asyncio.run(self._serve(model_thread))
+
+    async def _serve(self, model_thread: ThreadPoolExecutor) -> None:
+        from websockets.asyncio.server import serve
+
+        handler = functools.partial(self._answer, model_thread)
+        async with serve(
+            handler,
+            self.host,
+            self.port,
+            compression=None,
+            max_size=None,
+            process_request=_health_check,
+        ) as server:
+            logger.info("listening on ws://%s:%d", self.host, self.port)
+            await server.serve_forever()
+
+    async def _answer(self, model_thread: ThreadPoolExecutor, connection: Any) -> None:
+        """One connection: the metadata, then a reply per request until the client closes."""
+        from openpi_client import msgpack_numpy
+        from websockets.exceptions import ConnectionClosed
+        from websockets.frames import CloseCode
+
+        packer = msgpack_numpy.Packer()
+        loop = asyncio.get_running_loop()
+        try:
+            await connection.send(packer.pack(self.policy.metadata))
+            async for frame in connection:
+                started = time.monotonic()
+                request = msgpack_numpy.unpackb(frame)
+                try:
+                    reply = await loop.run_in_executor(model_thread, self.policy.infer, request)
+                except Exception:  # a bug: the client gets the traceback, as OpenPI's server does
+                    logger.exception("a request failed")
+                    await connection.send(traceback.format_exc())
+                    await connection.close(CloseCode.INTERNAL_ERROR, "internal server error")
+                    return
+                reply["server_timing"] = {"infer_ms": (time.monotonic() - started) * 1000}
+                await connection.send(packer.pack(reply))
+        except ConnectionClosed:
+            logger.info("connection from %s closed", connection.remote_address)
+
+
+def _health_check(connection: Any, request: Any) -> Any:
+    """`GET /healthz` answers 200 "OK"; other paths go on to the websocket handshake."""
+    if request.path == HEALTH_PATH:
+        return connection.respond(http.HTTPStatus.OK, "OK\n")
+    return None
+
+
+@dataclass
+class ServeArgs:
+    """Serve a Stage 1 checkpoint's featurization (or pi0.5's) over a websocket (OpenPI)."""
+
+    checkpoint: Path | None = None
+    """Stage 1 checkpoint folder; default: the embedded one."""
+    host: str = "127.0.0.1"
+    """Interface to listen on (0.0.0.0 for every interface)."""
+    port: int = 8000
+    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
+    log_level: Literal["INFO", "WARNING"] = "INFO"
+    pi05_checkpoint: Path | None = None
+    """A LeRobot pi0.5 checkpoint folder (extra `pi`) served instead: prefix tokens and
+    reference chunks (no RL token is trained on pi0.5, so a z_rl request gets an error)."""
+    tokenizer_dir: Path | None = None
+    """The local PaliGemma tokenizer folder of --pi05-checkpoint."""
+    fast_path: bool | None = None
+    """pi0.5: compile the prefix pass and the Euler loop (default: on CUDA only)."""
+    batch_buckets: tuple[int, ...] = BATCH_BUCKETS
+    """pi0.5 fast path: the batch sizes compiled, each once (fewer: a shorter first start)."""
+    compile_cache_dir: Path | None = None
+    """pi0.5 fast path: compile cache root; default $RPENT_COMPILE_CACHE_DIR, else
+    ~/.cache/rpent/compile."""
+    prompt_slots: int | None = None
+    """pi0.5: prompt token slots kept of the tokenizer's 200 (default all); a shorter prefix
+    for the same features when prompts fit, and a request whose prompt does not gets an
+    error."""
+    warm_up: WarmUp = "first"
+    """pi0.5 fast path: the buckets compiled (or loaded from the compile cache) before the
+    server listens: the smallest, every one, or none; the others on their first request (that
+    request waits for it, the connection stays open)."""
+
+
+def main() -> None:
+    """Entry point of `rpent-feature-server`."""
+    with command("rpent-feature-server"):
+        _serve(tyro.cli(ServeArgs))
+
+
+def _serve(args: ServeArgs) -> None:
+    logging.getLogger().setLevel(args.log_level)
+    from rpent_agents.features.checkpoint import load_featurizer
+
+    warm_up = None
+    if args.pi05_checkpoint is not None:
+        featurizer = pi05_featurizer(args)
+        if sizes := warm_up_sizes(args.batch_buckets, args.warm_up):
+            warm_up = functools.partial(featurizer.feature_model.warm_up, sizes)
+    else:
+        featurizer = load_featurizer(args.checkpoint, args.device)
+    served = args.pi05_checkpoint or args.checkpoint or "the default"
+    logger.info("serving %s on ws://%s:%d", served, args.host, args.port)
+    FeatureServer(FeatureServerPolicy(featurizer), args.host, args.port, warm_up).serve_forever()
+
+
+def warm_up_sizes(batch_buckets: Sequence[int], warm_up: WarmUp) -> list[int]:
+    """The batch sizes a server warms up before it listens (`ServeArgs.warm_up`), smallest first.
+
+    Example:
+        >>> warm_up_sizes((1, 8, 64), "first"), warm_up_sizes((1, 8, 64), "none")
+        ([1], [])
+    """
+    buckets = sorted(batch_buckets)
+    return {"first": buckets[:1], "all": buckets, "none": []}[warm_up]
+
+
+def pi05_featurizer(args: ServeArgs) -> RLTFeaturizer:
+    """The pi0.5 model of `args` without an RL token (not warmed up yet).
+
+    Raises:
+        ValueError: When `tokenizer_dir` is missing or a Stage 1 checkpoint is also given.
+    """
+    if args.tokenizer_dir is None or args.checkpoint is not None:
+        raise ValueError(
+            "--pi05-checkpoint needs --tokenizer-dir (a local PaliGemma tokenizer folder) and"
+            " no --checkpoint (that one is a Stage 1 checkpoint)"
+        )
+    from rpent_agents.features.pi05 import PI05FeatureModel
+
+    model = PI05FeatureModel.from_checkpoint(
+        args.pi05_checkpoint,
+        args.tokenizer_dir,
+        args.device,
+        fast_path=args.fast_path,
+        batch_buckets=args.batch_buckets,
+        compile_cache_dir=args.compile_cache_dir,
+        prompt_slots=args.prompt_slots,
+    )
+    return RLTFeaturizer(model, None)
+
+
+if __name__ == "__main__":
+    main()
