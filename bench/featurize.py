@@ -27,7 +27,9 @@ pi0.5 runs along several paths (`--pi05-paths`):
   spawn to the end of its first call, and the server's log lines show each bucket's warm-up.
 
 With `--prompt-slots N` the fast paths keep only the prompt's first N of its 200 token slots
-(`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock.
+(`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock. The
+buckets above 1 share one dynamic-batch compile as in the library (`dynamic_batch`);
+`--no-dynamic-batch` compiles each apart.
 
 Every JSON line printed also goes to `--jsonl PATH` (appended, each tagged with `--label`), the
 file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows carry the
@@ -284,7 +286,12 @@ def serve(args, device, dtype):
 
     policy, _ = pi05_policy(args.size, device, dtype)
     featurizer = pi05_featurizer(
-        policy, device, True, args.compile_cache_dir, prompt_slots=args.prompt_slots
+        policy,
+        device,
+        True,
+        args.compile_cache_dir,
+        prompt_slots=args.prompt_slots,
+        dynamic_batch=args.dynamic_batch,
     )
     sizes = warm_up_sizes(args.batch_sizes, args.server_warm_up)
     warm_up = functools.partial(featurizer.feature_model.warm_up, sizes) if sizes else None
@@ -307,6 +314,7 @@ def start_server(args):
     if args.prompt_slots is not None:
         command += ["--prompt-slots", str(args.prompt_slots)]
     command += ["--server-warm-up", args.server_warm_up]
+    command += ["--dynamic-batch" if args.dynamic_batch else "--no-dynamic-batch"]
     spawn_age_s = process_age_s()
     server, started = subprocess.Popen(command), time.monotonic()
     deadline = started + SERVER_START_S
@@ -327,7 +335,12 @@ def start_server(args):
 def pi05_report(policy, resolution, device, args):
     eager = pi05_featurizer(policy, device, fast_path=False).feature_model
     in_process = pi05_featurizer(
-        policy, device, True, args.compile_cache_dir, prompt_slots=args.prompt_slots
+        policy,
+        device,
+        True,
+        args.compile_cache_dir,
+        prompt_slots=args.prompt_slots,
+        dynamic_batch=args.dynamic_batch,
     )
     fast = in_process.feature_model
     makers = {
@@ -414,6 +427,12 @@ def main():
         "--prompt-slots", type=int, help="pi0.5 fast paths: prompt slots kept (default all 200)"
     )
     parser.add_argument(
+        "--dynamic-batch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pi0.5 fast paths: one compile for every bucket above 1 (the library's default)",
+    )
+    parser.add_argument(
         "--server-warm-up",
         default="first",
         choices=["first", "all", "none"],
@@ -435,7 +454,7 @@ def main():
         return
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     header.update(dtype=args.dtype, size=args.size, torch=torch.__version__)
-    header.update(prompt_slots=args.prompt_slots)
+    header.update(prompt_slots=args.prompt_slots, dynamic_batch=args.dynamic_batch)
     emit(header | {"started_s": process_age_s()})
     rows = []
     if "builtin" in args.models:

@@ -11,11 +11,15 @@ Layout, one folder per model key (a hash of the facts that shape the compiled co
 architecture and config, dtypes, device kind, torch version, compile mode)::
 
     <root>/<model>-<key>/key.json           the facts, readable
-    <root>/<model>-<key>/bucket-<n>.json    the bucket's first-ever compile seconds
-    <root>/<model>-<key>/bucket-<n>.artifacts  its mega-cache (portable to a twin machine)
+    <root>/<model>-<key>/<graphs>.json      the graphs' first-ever compile seconds
+    <root>/<model>-<key>/<graphs>.artifacts  their mega-cache (portable to a twin machine)
     <root>/<model>-<key>/inductor/          torch's caches while compiling (C++/Triton builds)
     <root>/<model>-<key>/manifest.json      the size of every file above after each warm-up
 
+`<graphs>` names what a bucket's calls compile: `bucket-<n>` for graphs of its own, or a name
+several buckets share (pi0.5's `dynamic-batch`: one graph for every bucket above 1), so a
+bucket whose graphs another bucket already compiled or loaded in this process warms up as
+`source="shared"` (only its CUDA graphs are recorded).
 `<root>` is the `compile_cache_dir` argument, else `$RPENT_COMPILE_CACHE_DIR`, else
 `$XDG_CACHE_HOME/rpent/compile` (default `~/.cache/rpent/compile`). Torch's own cache keys guard
 correctness; the folder key only groups what one model wrote, so clearing one is safe at any
@@ -81,14 +85,15 @@ class BucketWarmup:
 
     Attributes:
         seconds: The bucket's first calls here (compile or cache load, CUDA-graph capture).
-        source: "compiled" (some graph was lowered and built here) or "cache" (all of it came
-            from the compile cache).
-        first_compile_s: Seconds of the bucket's first-ever compile into this cache (this
-            process's when it compiled; None when the cache lost that record).
+        source: "compiled" (some graph was lowered and built here), "cache" (all of it came
+            from the compile cache) or "shared" (its graphs were already in this process,
+            compiled or loaded for another bucket).
+        first_compile_s: Seconds of the first-ever compile of the bucket's graphs into this
+            cache (this process's when it compiled; None when the cache lost that record).
     """
 
     seconds: float
-    source: Literal["compiled", "cache"]
+    source: Literal["compiled", "cache", "shared"]
     first_compile_s: float | None
 
 
@@ -108,16 +113,25 @@ class CompileCache:
         self.folder = Path(root) / f"{facts.get('model', 'model')}-{key}"
         self.facts = dict(facts)
 
-    def warm_up(self, bucket: int, first_calls: Callable[[], None]) -> BucketWarmup:
+    def warm_up(
+        self, bucket: int, first_calls: Callable[[], None], graphs: str | None = None
+    ) -> BucketWarmup:
         """Run a bucket's first calls (they compile) with torch's caches in this folder.
+
+        Args:
+            bucket: The batch bucket.
+            first_calls: Its first calls.
+            graphs: Names the graphs they compile, for their mega-cache and first-compile
+                record (default `bucket-<bucket>`; a name several buckets share: module doc).
 
         A failure while cached files were in use is taken for a damaged cache: the folder is
         cleared and the calls run again, compiling; a failure without them is raised.
         """
+        graphs = graphs or f"bucket-{bucket}"
         self._drop_damaged_files()
-        used_cache = self._inductor_folder.is_dir() or self._artifacts_path(bucket).is_file()
+        used_cache = self._inductor_folder.is_dir() or self._artifacts_path(graphs).is_file()
         try:
-            return self._timed_warm_up(bucket, first_calls)
+            return self._timed_warm_up(graphs, first_calls)
         except Exception as error:
             if not used_cache:
                 raise
@@ -129,7 +143,7 @@ class CompileCache:
                 bucket,
             )
             self.clear()
-            return self._timed_warm_up(bucket, first_calls)
+            return self._timed_warm_up(graphs, first_calls)
 
     def clear(self) -> None:
         """Delete this model's folder (the next warm-up compiles)."""
@@ -179,33 +193,35 @@ class CompileCache:
     def _inductor_folder(self) -> Path:
         return self.folder / "inductor"
 
-    def _artifacts_path(self, bucket: int) -> Path:
-        return self.folder / f"bucket-{bucket}.artifacts"
+    def _artifacts_path(self, graphs: str) -> Path:
+        return self.folder / f"{graphs}.artifacts"
 
-    def _record_path(self, bucket: int) -> Path:
-        return self.folder / f"bucket-{bucket}.json"
+    def _record_path(self, graphs: str) -> Path:
+        return self.folder / f"{graphs}.json"
 
-    def _timed_warm_up(self, bucket: int, first_calls: Callable[[], None]) -> BucketWarmup:
+    def _timed_warm_up(self, graphs: str, first_calls: Callable[[], None]) -> BucketWarmup:
         from torch.compiler._cache import CacheArtifactManager
 
         self.folder.mkdir(parents=True, exist_ok=True)
         with _torch_caches_in(self._inductor_folder), CacheArtifactManager.with_fresh_cache():
-            self._load_artifacts(bucket)
+            self._load_artifacts(graphs)
             before = _cache_counts()
             start = time.perf_counter()
             first_calls()
             seconds = time.perf_counter() - start
             hits, misses = (after - was for after, was in zip(_cache_counts(), before, strict=True))
-            if hits > 0 and misses == 0:
-                warmup = BucketWarmup(seconds, "cache", self._first_compile_s(bucket))
+            if hits == misses == 0:  # dynamo already held the graphs: nothing compiled or read
+                warmup = BucketWarmup(seconds, "shared", self._first_compile_s(graphs))
+            elif misses == 0:
+                warmup = BucketWarmup(seconds, "cache", self._first_compile_s(graphs))
             else:
-                self._save(bucket, seconds)
+                self._save(graphs, seconds)
                 warmup = BucketWarmup(seconds, "compiled", seconds)
         self._write_manifest()  # what this warm-up rebuilt or added is listed too
         return warmup
 
-    def _load_artifacts(self, bucket: int) -> None:
-        path = self._artifacts_path(bucket)
+    def _load_artifacts(self, graphs: str) -> None:
+        path = self._artifacts_path(graphs)
         if not path.is_file():
             return
         try:
@@ -217,16 +233,16 @@ class CompileCache:
             logger.warning("%s does not load (%s); deleted it", path, failure)
             path.unlink(missing_ok=True)
 
-    def _save(self, bucket: int, compile_s: float) -> None:
+    def _save(self, graphs: str, compile_s: float) -> None:
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None:
-            _write_atomically(self._artifacts_path(bucket), saved[0])
-        record = {"bucket": bucket, "first_compile_s": round(compile_s, 3), "at": time.ctime()}
-        _write_atomically(self._record_path(bucket), json.dumps(record).encode())
+            _write_atomically(self._artifacts_path(graphs), saved[0])
+        record = {"graphs": graphs, "first_compile_s": round(compile_s, 3), "at": time.ctime()}
+        _write_atomically(self._record_path(graphs), json.dumps(record).encode())
         _write_atomically(self.folder / KEY_FILE, json.dumps(self.facts, indent=1).encode())
 
-    def _first_compile_s(self, bucket: int) -> float | None:
-        return _read_first_compile_s(self._record_path(bucket))
+    def _first_compile_s(self, graphs: str) -> float | None:
+        return _read_first_compile_s(self._record_path(graphs))
 
 
 def _read_first_compile_s(record: Path) -> float | None:
@@ -289,20 +305,18 @@ def clear_compile_cache(root: Path | None = None) -> list[Path]:
 
 
 def folder_summary(folder: Path) -> str:
-    """One line on a model folder: its size, device, torch and first compile per bucket."""
+    """One line on a model folder: its size, device, torch and first compile per graphs."""
     size_mib = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) / 2**20
-    compiles = [
-        f"{path.stem.removeprefix('bucket-')}: {_read_first_compile_s(path)} s"
-        for path in sorted(folder.glob("bucket-*.json"))
-    ]
+    records = sorted(set(folder.glob("*.json")) - {folder / KEY_FILE, folder / MANIFEST_FILE})
+    compiles = [f"{path.stem}: {_read_first_compile_s(path)} s" for path in records]
     try:
         facts = json.loads((folder / KEY_FILE).read_text())
     except (OSError, ValueError):
         facts = {}
     described = ", ".join(f"{name}={facts[name]}" for name in ("device", "torch") if name in facts)
     return (
-        f"{folder} ({size_mib:.1f} MiB; {described or 'no key.json'}; first compile per"
-        f" bucket: {', '.join(compiles) or 'none'})"
+        f"{folder} ({size_mib:.1f} MiB; {described or 'no key.json'}; first compiles:"
+        f" {', '.join(compiles) or 'none'})"
     )
 
 

@@ -11,16 +11,19 @@ normaliser states). The stock pre-processor names the PaliGemma tokenizer on the
 tokenizer always comes from a local folder (`tokenizer_dir`), so nothing is downloaded.
 
 The fast path (on by default on CUDA) runs the same prefix pass and Euler loop through
-`torch.compile`: the batch is padded to a fixed bucket size (its first row repeated), so each
-bucket compiles once, and on CUDA the mode "reduce-overhead" replays the call as CUDA graphs
-from static buffers. The prefix pass and one Euler step compile apart (`CompiledParts`), so the
-step is traced and lowered once, not once per step. On the fast path of a bf16 policy the
-SigLIP tower and its projector, which LeRobot keeps in fp32, run under bf16 autocast, as openpi
-runs them (`bf16_vision`): in fp32 they took 41% of a batch-64 call on the H200. The first call
-of each bucket pays the compile and capture; the compile is kept in RPent's compile cache
-(`features.compile_cache`: `~/.cache/rpent/compile` by default), so the next process on the
-same machine loads it instead. `warmup` tells, per bucket, the seconds, whether they compiled
-or came from the cache, and the first-ever compile's seconds.
+`torch.compile`: the batch is padded to a fixed bucket size (its first row repeated), and on
+CUDA the mode "reduce-overhead" replays the call as CUDA graphs from static buffers, recorded
+per bucket. Batch 1 compiles static graphs of its own; every bucket above 1 shares one compile
+with a symbolic batch dimension (`dynamic_batch`), so the default seven buckets compile twice,
+not seven times. The prefix pass and one Euler step compile apart (`CompiledParts`), so the step
+is traced and lowered once, not once per step. On the fast path of a bf16 policy the SigLIP
+tower and its projector, which LeRobot keeps in fp32, run under bf16 autocast, as openpi runs
+them (`bf16_vision`): in fp32 they took 41% of a batch-64 call on the H200. The first call of
+each bucket pays the compile and capture; the compile is kept in RPent's compile cache
+(`features.compile_cache`: `~/.cache/rpent/compile` by default), so the next process on the same
+machine loads it instead. `warmup` tells, per bucket, the seconds, whether they compiled, came
+from the cache or were shared with a bucket warmed up before, and the first-ever compile's
+seconds.
 With torch 2.11 those CUDA graphs replay only in the thread that compiled them
 (pytorch/pytorch#123177): call the model from one thread.
 """
@@ -67,6 +70,8 @@ COMPILED_CONFIG_FIELDS = (
 # A bucket's first call compiles and runs the CUDA-graph warm-up, its second records the graphs;
 # later calls replay them.
 WARMUP_CALLS = 2
+# The compile cache's name of the graphs every bucket above 1 shares (`dynamic_batch`)
+DYNAMIC_BATCH_GRAPHS = "dynamic-batch"
 
 
 def _require_lerobot_pi() -> None:
@@ -101,8 +106,9 @@ class PI05FeatureModel:
         fast_path: Whether featurization runs compiled (see the module doc).
         bf16_vision: Whether the SigLIP tower and projector run under bf16 autocast.
         prompt_slots: Prompt token slots kept for the prefix pass (None: all of them).
+        dynamic_batch: Whether the buckets above 1 share one compiled graph.
         warmup: Per batch bucket warmed up in this process, its `BucketWarmup` (seconds,
-            "compiled" or "cache", the first-ever compile's seconds).
+            "compiled", "cache" or "shared", the first-ever compile's seconds).
         compile_cache_dir: Root of the compile cache this model reads and writes.
 
     Example:
@@ -123,6 +129,7 @@ class PI05FeatureModel:
         compile_cache_dir: Path | None = None,
         bf16_vision: bool | None = None,
         prompt_slots: int | None = None,
+        dynamic_batch: bool = True,
     ) -> None:
         """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
 
@@ -146,6 +153,10 @@ class PI05FeatureModel:
                 the right and padding changes no real token's output, so a prefix shortened to
                 what prompts fill gives the same features for less compute. A prompt longer
                 than this is refused. None keeps every slot.
+            dynamic_batch: Compile one graph, with a symbolic batch dimension, for every
+                bucket above 1 (dynamo specialises a batch of 1 anyway), instead of one per
+                bucket: the default seven buckets compile twice, not seven times. Each bucket
+                still records CUDA graphs of its own. False compiles every bucket apart.
 
         Raises:
             ValueError: When `camera_keys` names a feature the policy lacks,
@@ -178,13 +189,18 @@ class PI05FeatureModel:
                 f"policy's tokenizer_max_length ({slots}), or None for all of them"
             )
         self.prompt_slots = prompt_slots
+        self.dynamic_batch = dynamic_batch
         self.batch_buckets = checked_buckets(batch_buckets)
         self.compile_cache_dir = Path(compile_cache_dir or default_cache_root())
         self.warmup: dict[int, BucketWarmup] = {}
+        # None: static shapes but for the dims marked dynamic (`_mark_batch_dynamic`)
+        dynamic = None if dynamic_batch else False
         self._compiled = (
             CompiledParts(
-                prefix_pass=torch.compile(self._prefix_pass, mode=self.compile_mode, dynamic=False),
-                euler_step=torch.compile(self._euler_step, mode=self.compile_mode, dynamic=False),
+                prefix_pass=torch.compile(
+                    self._prefix_pass, mode=self.compile_mode, dynamic=dynamic
+                ),
+                euler_step=torch.compile(self._euler_step, mode=self.compile_mode, dynamic=dynamic),
             )
             if self.fast_path
             else None
@@ -202,11 +218,13 @@ class PI05FeatureModel:
         compile_cache_dir: Path | None = None,
         bf16_vision: bool | None = None,
         prompt_slots: int | None = None,
+        dynamic_batch: bool = True,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
 
         `camera_keys`, `fast_path` (None: compiled on CUDA, eager elsewhere), `batch_buckets`,
-        `compile_cache_dir`, `bf16_vision` and `prompt_slots` as in the constructor.
+        `compile_cache_dir`, `bf16_vision`, `prompt_slots` and `dynamic_batch` as in the
+        constructor.
 
         Raises:
             FileNotFoundError: When a checkpoint or tokenizer file is missing.
@@ -254,6 +272,7 @@ class PI05FeatureModel:
             compile_cache_dir=compile_cache_dir,
             bf16_vision=bf16_vision,
             prompt_slots=prompt_slots,
+            dynamic_batch=dynamic_batch,
         )
 
     @property
@@ -366,11 +385,19 @@ class PI05FeatureModel:
             max_action_dim), normalised.
         """
         prefix_pass, euler_step = parts or (self._prefix_pass, self._euler_step)
+        # the buckets above 1 share the dynamic-batch graphs (`dynamic_batch`)
+        dynamic = parts is not None and self.dynamic_batch and inputs[0].shape[0] > 1
+        if dynamic:
+            _mark_batch_dynamic(inputs)
         prefix_tokens, pad_mask, cache = prefix_pass(*inputs[:-1])
+        if dynamic:
+            _mark_batch_dynamic([pad_mask, *_cache_tensors(cache)])
         chunk = noise = inputs[-1]
         for step in range(self.policy.config.num_inference_steps):
             # A fill, not torch.tensor(): a host-to-device copy would wait for the device.
             time = torch.full((noise.shape[0],), 1.0 + step * self._euler_dt, device=noise.device)
+            if dynamic:
+                _mark_batch_dynamic([time])
             chunk = euler_step(pad_mask, cache, chunk, time)
         return prefix_tokens, pad_mask, chunk
 
@@ -437,7 +464,8 @@ class PI05FeatureModel:
                 torch.cuda.synchronize()
 
         cache = CompileCache(self.compile_cache_dir, self._compile_facts())
-        warmup = self.warmup[bucket] = cache.warm_up(bucket, first_calls)
+        graphs = DYNAMIC_BATCH_GRAPHS if self.dynamic_batch and bucket > 1 else None
+        warmup = self.warmup[bucket] = cache.warm_up(bucket, first_calls, graphs)
         logger.info(
             "pi0.5 fast path: batch bucket %d ready in %.1f s (%s, %s; first compile %s s; %s)",
             bucket,
@@ -460,11 +488,23 @@ class PI05FeatureModel:
             "compile_mode": self.compile_mode,
             "bf16_vision": self.bf16_vision,
             "prompt_slots": self.prompt_slots,
+            "dynamic_batch": self.dynamic_batch,
             "dtypes": sorted({dtype for _, _, dtype in layout}),
             "parameters": sum(int(np.prod(shape)) for _, shape, _ in layout),
             "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),
             "config": {name: str(getattr(config, name)) for name in COMPILED_CONFIG_FIELDS},
         }
+
+
+def _mark_batch_dynamic(tensors: Sequence[torch.Tensor]) -> None:
+    """Mark dim 0 of `tensors` symbolic for `torch.compile` (where the code allows it)."""
+    for tensor in tensors:
+        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+
+
+def _cache_tensors(cache: Any) -> list[torch.Tensor]:
+    """The keys and values of a transformers `DynamicCache`, layer by layer."""
+    return [tensor for layer in cache.layers for tensor in (layer.keys, layer.values)]
 
 
 def _pad_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:

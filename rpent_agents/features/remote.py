@@ -39,8 +39,8 @@ class FeatureServerError(RuntimeError):
     """
 
 
-def require_openpi(module: str) -> None:
-    """Import `module` of openpi-client, or raise how to install it.
+def require_remote_extra(module: str) -> None:
+    """Import `module` (of openpi-client or the `remote` extra), or raise how to install it.
 
     Raises:
         ImportError: Naming the `remote` extra's install commands.
@@ -83,7 +83,7 @@ class RemoteFeatureModel:
         Raises:
             ConnectionError: When no server answered in time.
         """
-        require_openpi("openpi_client")
+        require_remote_extra("openpi_client")
         from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
         deadline = time.monotonic() + connect_timeout_s

@@ -2,12 +2,12 @@
 
 `rpent-feature-server --checkpoint CKPT --port 8000` serves a Stage 1 checkpoint;
 `--pi05-checkpoint CKPT --tokenizer-dir TOK` serves pi0.5 instead (prefix tokens and reference
-chunks; its fast path's `--batch-buckets`, `--compile-cache-dir`, `--prompt-slots` and
-`--warm-up`). It speaks OpenPI's websocket protocol (msgpack-numpy frames): on connect it sends
-its metadata (`rpent_feature_server`, `z_dim`, `prefix_dim`, `chunk_len`, `action_dim`), then
-answers each request frame with one reply frame, and `GET /healthz` answers "OK", so
-openpi-client and `RemoteFeatureModel` (`features.remote`, where the request and reply are
-described) both talk to it.
+chunks; its fast path's `--batch-buckets`, `--dynamic-batch`, `--compile-cache-dir`,
+`--prompt-slots` and `--warm-up`). It speaks OpenPI's websocket protocol (msgpack-numpy frames): on
+connect it sends its metadata (`rpent_feature_server`, `z_dim`, `prefix_dim`, `chunk_len`,
+`action_dim`), then answers each request frame with one reply frame, and `GET /healthz` answers
+"OK", so openpi-client and `RemoteFeatureModel` (`features.remote`, where the request and reply
+are described) both talk to it.
 
 Every model call, warm-ups included, runs on one model thread; the connections live on an
 asyncio loop in another. So the loop answers the websocket's keepalive pings and `/healthz`
@@ -46,7 +46,7 @@ from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.remote import (
     ERROR_KEY,
     SERVER_KIND,
-    require_openpi,
+    require_remote_extra,
     unstack_observations,
 )
 
@@ -127,7 +127,8 @@ class FeatureServer:
 
     def serve_forever(self) -> None:
         """Warm up on the model thread, then listen and answer requests until killed."""
-        require_openpi("openpi_client")
+        for module in ("openpi_client", "websockets.asyncio.server"):
+            require_remote_extra(module)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rpent-model") as model_thread:
             if self.warm_up is not None:
                 model_thread.submit(self.warm_up).result()
@@ -200,7 +201,9 @@ class ServeArgs:
     fast_path: bool | None = None
     """pi0.5: compile the prefix pass and the Euler loop (default: on CUDA only)."""
     batch_buckets: tuple[int, ...] = BATCH_BUCKETS
-    """pi0.5 fast path: the batch sizes compiled, each once (fewer: a shorter first start)."""
+    """pi0.5 fast path: the batch sizes padded to, each with CUDA graphs of its own."""
+    dynamic_batch: bool = True
+    """pi0.5 fast path: one compile for every bucket above 1 (False: one per bucket)."""
     compile_cache_dir: Path | None = None
     """pi0.5 fast path: compile cache root; default $RPENT_COMPILE_CACHE_DIR, else
     ~/.cache/rpent/compile."""
@@ -268,6 +271,7 @@ def pi05_featurizer(args: ServeArgs) -> RLTFeaturizer:
         batch_buckets=args.batch_buckets,
         compile_cache_dir=args.compile_cache_dir,
         prompt_slots=args.prompt_slots,
+        dynamic_batch=args.dynamic_batch,
     )
     return RLTFeaturizer(model, None)
 

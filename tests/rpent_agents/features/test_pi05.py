@@ -22,6 +22,7 @@ from pi05_toy import (
     observations,
     write_toy_folders,
 )
+from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 
 from rpent_agents.features.buckets import BATCH_BUCKETS, bucket_size
@@ -157,8 +158,9 @@ def test_batch_buckets_are_checked(pi05_model):
         PI05FeatureModel(pi05_model.policy, None, None, batch_buckets=(0, 8))
 
 
-def test_fast_path_matches_eager(pi05_model, tmp_path):
-    """Compiled (inductor on the CPU) against eager, same noise, a batch padded 3 -> 4.
+def test_fast_path_matches_eager_and_buckets_above_one_share_its_compile(pi05_model, tmp_path):
+    """Compiled (inductor on the CPU) against eager, same noise, a batch padded 3 -> 4; then
+    batches of 2 and 6 (buckets 2 and 8) run bucket 4's dynamic-batch graphs, compiling nothing.
 
     Kept cheap for 2 CPU cores: the C++ kernels compile without vector ISA (~35% faster to
     build). The Euler loop keeps its 10 steps: the step compiles once for all of them.
@@ -188,6 +190,18 @@ def test_fast_path_matches_eager(pi05_model, tmp_path):
     torch.testing.assert_close(compiled_z, eager_z, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(compiled.ref_chunk, eager.ref_chunk, rtol=1e-4, atol=1e-5)
     assert torch.equal(replayed.ref_chunk, compiled.ref_chunk)
+    graphs = counters["stats"]["unique_graphs"]
+    with inductor_config.patch({"cpp.vec_isa_ok": False}):
+        for rows in (2, 6):
+            outputs = []
+            for model in (pi05_model, fast):
+                torch.manual_seed(12)
+                outputs.append(model.featurize(observations(rows), [INSTRUCTION] * rows))
+            torch.testing.assert_close(outputs[1].prefix_tokens, outputs[0].prefix_tokens)
+            torch.testing.assert_close(outputs[1].ref_chunk, outputs[0].ref_chunk)
+    assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled past bucket 4
+    assert [fast.warmup[bucket].source for bucket in (2, 8)] == ["shared", "shared"]
+    assert fast.warmup[8].first_compile_s == pytest.approx(fast.warmup[4].seconds, abs=1e-3)
 
 
 def test_feature_server_serves_pi05_prefix_features(pi05_folders):
