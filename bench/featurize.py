@@ -27,9 +27,8 @@ pi0.5 runs along several paths (`--pi05-paths`):
   spawn to the end of its first call, and the server's log lines show each bucket's warm-up.
 
 With `--prompt-slots N` the fast paths keep only the prompt's first N of its 200 token slots
-(`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock. The
-buckets above 1 share one dynamic-batch compile as in the library (`dynamic_batch`);
-`--no-dynamic-batch` compiles each apart.
+(`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock. With
+`--dynamic-batch` the buckets above 1 share one compile (`PI05FeatureModel(dynamic_batch=True)`).
 
 Every JSON line printed also goes to `--jsonl PATH` (appended, each tagged with `--label`), the
 file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows carry the
@@ -429,8 +428,8 @@ def main():
     parser.add_argument(
         "--dynamic-batch",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="pi0.5 fast paths: one compile for every bucket above 1 (the library's default)",
+        default=False,
+        help="pi0.5 fast paths: one compile for every bucket above 1 (dynamic_batch)",
     )
     parser.add_argument(
         "--server-warm-up",

@@ -10,8 +10,8 @@
 #      (first-call seconds and the process's age, goal <= 60 s), then torch.profiler over 3 warm
 #      calls per batch (kernels by device time, classes, device idle gaps, launch calls);
 #   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (~400 s, bucket 4);
-#   4. static_buckets: bench/featurize.py's fast path at batch 64 with --no-dynamic-batch (one
-#      more compile), against step 1's batch 64 on the shared dynamic-batch graphs;
+#   4. dynamic_batch: bench/featurize.py's fast path at batch 8 then 64 with --dynamic-batch
+#      (one compile for both; bucket 64 "shared"), against step 1's static bucket 64;
 #   5. short_prompt: bench/featurize.py's fast and in-process paths keeping 64 of the 200
 #      prompt slots (--prompt-slots 64: two more compiles; the stand-in prompts fill 50).
 # Every step writes its log and its JSON lines under $JOB (default /tmp/job), outside the tree;
@@ -38,7 +38,7 @@ run_step() {  # name, command...: its log and exit status under $job
   "$@" > "$job/$name.log" 2>&1
   echo "== $name rc=$? end $(date +%T)" | tee -a "$job/steps.txt"
 }
-for step in ${STEPS:-first_start second_start tests static_buckets short_prompt}; do
+for step in ${STEPS:-first_start second_start tests dynamic_batch short_prompt}; do
   case $step in
     first_start)
       run_step first_start python3 bench/featurize.py "${common[@]}" --models pi05 \
@@ -47,10 +47,10 @@ for step in ${STEPS:-first_start second_start tests static_buckets short_prompt}
     second_start)
       run_step second_start python3 bench/pi05_profile.py "${common[@]}" \
         --jsonl "$job/h200_second_start_profile.jsonl" ;;
-    static_buckets)
-      run_step static_buckets python3 bench/featurize.py "${common[@]}" --models pi05 \
-        --pi05-paths fast --batch-sizes "${batch_sizes[-1]}" --no-dynamic-batch \
-        --jsonl "$job/h200_static_buckets.jsonl" --label "static buckets" ;;
+    dynamic_batch)
+      run_step dynamic_batch python3 bench/featurize.py "${common[@]}" --models pi05 \
+        --pi05-paths fast --batch-sizes 8 "${batch_sizes[-1]}" --dynamic-batch \
+        --jsonl "$job/h200_dynamic_batch.jsonl" --label "dynamic batch" ;;
     short_prompt)
       run_step short_prompt python3 bench/featurize.py "${common[@]}" --models pi05 \
         --pi05-paths fast in-process --prompt-slots 64 --jsonl "$job/h200_short_prompt.jsonl" \

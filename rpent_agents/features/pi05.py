@@ -13,17 +13,16 @@ tokenizer always comes from a local folder (`tokenizer_dir`), so nothing is down
 The fast path (on by default on CUDA) runs the same prefix pass and Euler loop through
 `torch.compile`: the batch is padded to a fixed bucket size (its first row repeated), and on
 CUDA the mode "reduce-overhead" replays the call as CUDA graphs from static buffers, recorded
-per bucket. Batch 1 compiles static graphs of its own; every bucket above 1 shares one compile
-with a symbolic batch dimension (`dynamic_batch`), so the default seven buckets compile twice,
-not seven times. The prefix pass and one Euler step compile apart (`CompiledParts`), so the step
-is traced and lowered once, not once per step. On the fast path of a bf16 policy the SigLIP
-tower and its projector, which LeRobot keeps in fp32, run under bf16 autocast, as openpi runs
-them (`bf16_vision`): in fp32 they took 41% of a batch-64 call on the H200. The first call of
-each bucket pays the compile and capture; the compile is kept in RPent's compile cache
-(`features.compile_cache`: `~/.cache/rpent/compile` by default), so the next process on the same
-machine loads it instead. `warmup` tells, per bucket, the seconds, whether they compiled, came
-from the cache or were shared with a bucket warmed up before, and the first-ever compile's
-seconds.
+per bucket; each bucket compiles once, or, with `dynamic_batch`, every bucket above 1 shares one
+compile with a symbolic batch dimension. The prefix pass and one Euler step compile apart
+(`CompiledParts`), so the step is traced and lowered once, not once per step. On the fast path
+of a bf16 policy the SigLIP tower and its projector, which LeRobot keeps in fp32, run under bf16
+autocast, as openpi runs them (`bf16_vision`): in fp32 they took 41% of a batch-64 call on the
+H200. The first call of each bucket pays the compile and capture; the compile is kept in RPent's
+compile cache (`features.compile_cache`: `~/.cache/rpent/compile` by default), so the next
+process on the same machine loads it instead. `warmup` tells, per bucket, the seconds, whether
+they compiled, came from the cache or were shared with a bucket warmed up before, and the first-
+ever compile's seconds.
 With torch 2.11 those CUDA graphs replay only in the thread that compiled them
 (pytorch/pytorch#123177): call the model from one thread.
 """
@@ -129,7 +128,7 @@ class PI05FeatureModel:
         compile_cache_dir: Path | None = None,
         bf16_vision: bool | None = None,
         prompt_slots: int | None = None,
-        dynamic_batch: bool = True,
+        dynamic_batch: bool = False,
     ) -> None:
         """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
 
@@ -156,7 +155,8 @@ class PI05FeatureModel:
             dynamic_batch: Compile one graph, with a symbolic batch dimension, for every
                 bucket above 1 (dynamo specialises a batch of 1 anyway), instead of one per
                 bucket: the default seven buckets compile twice, not seven times. Each bucket
-                still records CUDA graphs of its own. False compiles every bucket apart.
+                still records CUDA graphs of its own. Off by default: on the CPU its kernels
+                ran 9-19% slower than static ones (the H200 is not measured yet).
 
         Raises:
             ValueError: When `camera_keys` names a feature the policy lacks,
@@ -218,7 +218,7 @@ class PI05FeatureModel:
         compile_cache_dir: Path | None = None,
         bf16_vision: bool | None = None,
         prompt_slots: int | None = None,
-        dynamic_batch: bool = True,
+        dynamic_batch: bool = False,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
 
@@ -472,7 +472,7 @@ class PI05FeatureModel:
             warmup.seconds,
             warmup.source,
             self.compile_mode,
-            warmup.first_compile_s,
+            "unknown" if warmup.first_compile_s is None else f"{warmup.first_compile_s:.1f}",
             cache.folder,
         )
 

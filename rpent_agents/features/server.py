@@ -202,8 +202,8 @@ class ServeArgs:
     """pi0.5: compile the prefix pass and the Euler loop (default: on CUDA only)."""
     batch_buckets: tuple[int, ...] = BATCH_BUCKETS
     """pi0.5 fast path: the batch sizes padded to, each with CUDA graphs of its own."""
-    dynamic_batch: bool = True
-    """pi0.5 fast path: one compile for every bucket above 1 (False: one per bucket)."""
+    dynamic_batch: bool = False
+    """pi0.5 fast path: one compile for every bucket above 1 (default: one per bucket)."""
     compile_cache_dir: Path | None = None
     """pi0.5 fast path: compile cache root; default $RPENT_COMPILE_CACHE_DIR, else
     ~/.cache/rpent/compile."""

@@ -171,6 +171,7 @@ def test_fast_path_matches_eager_and_buckets_above_one_share_its_compile(pi05_mo
         pi05_model.postprocessor,
         fast_path=True,
         compile_cache_dir=tmp_path,
+        dynamic_batch=True,
     )
     obs, instructions = observations(3), [INSTRUCTION, "insert the hole in the peg", INSTRUCTION]
     rl_token = RLToken(RLTokenConfig(dim=WIDTH, prefix_seq_len=64))
