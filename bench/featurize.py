@@ -283,18 +283,21 @@ def serve(args, device, dtype):
     as `rpent-feature-server --warm-up` says (`--server-warm-up`)."""
     from rpent_agents.features.server import FeatureServer, FeatureServerPolicy, warm_up_sizes
 
-    policy, _ = pi05_policy(args.size, device, dtype)
-    featurizer = pi05_featurizer(
-        policy,
-        device,
-        True,
-        args.compile_cache_dir,
-        prompt_slots=args.prompt_slots,
-        dynamic_batch=args.dynamic_batch,
-    )
-    sizes = warm_up_sizes(args.batch_sizes, args.server_warm_up)
-    warm_up = functools.partial(featurizer.feature_model.warm_up, sizes) if sizes else None
-    FeatureServer(FeatureServerPolicy(featurizer), port=args.serve, warm_up=warm_up).serve_forever()
+    def build_policy():  # on the server's model thread, as rpent-feature-server builds it
+        policy, _ = pi05_policy(args.size, device, dtype)
+        featurizer = pi05_featurizer(
+            policy,
+            device,
+            True,
+            args.compile_cache_dir,
+            prompt_slots=args.prompt_slots,
+            dynamic_batch=args.dynamic_batch,
+        )
+        if sizes := warm_up_sizes(args.batch_sizes, args.server_warm_up):
+            featurizer.feature_model.warm_up(sizes)
+        return FeatureServerPolicy(featurizer)
+
+    FeatureServer(build_policy, port=args.serve).serve_forever()
 
 
 def start_server(args):

@@ -315,7 +315,11 @@ class PI05FeatureModel:
         batch: dict[str, Any] = {"task": list(instructions)}
         for raw_key, policy_key in self.camera_keys.items():
             images = np.stack([np.asarray(obs[raw_key]) for obs in observations])
-            batch[policy_key] = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+            # uint8 to the model's device, floats made there: a quarter of the bytes cross to a
+            # GPU, and the host makes no pass over every pixel (~45 ms per camera at batch 64
+            # on a 2-core CPU)
+            pixels = torch.from_numpy(images).to(self.device)
+            batch[policy_key] = pixels.permute(0, 3, 1, 2).float() / 255.0
         states = np.stack([np.asarray(obs["state"], dtype=np.float32) for obs in observations])
         batch["observation.state"] = torch.from_numpy(states)
         return self.preprocessor(batch)

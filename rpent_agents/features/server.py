@@ -18,8 +18,8 @@ compiled model's CUDA graphs replaying in the thread that recorded them (torch 2
 pytorch/pytorch#123177). Requests are answered one at a time, in the order they came.
 
 Example:
-    >>> policy = FeatureServerPolicy(load_featurizer(checkpoint, device="cuda"))
-    >>> FeatureServer(policy, port=8000).serve_forever()
+    >>> build = lambda: FeatureServerPolicy(load_featurizer(checkpoint, device="cuda"))
+    >>> FeatureServer(build, port=8000).serve_forever()
 """
 
 from __future__ import annotations
@@ -103,41 +103,41 @@ class FeatureServerPolicy:
 
 
 class FeatureServer:
-    """A websocket server whose model calls all run on one model thread (module doc).
+    """A websocket server whose model work all runs on one model thread (module doc).
+
+    The policy is built on that thread too (model load, warm-up): a process whose main thread
+    had also run torch's CPU kernels ran a small model at half speed on 2 cores (two OpenMP
+    pools: 38 against 19 ms a call), so the loop's thread leaves torch alone.
 
     Attributes:
-        policy: What each request runs.
+        build_policy: Makes what each request runs (loads the model, warms it up).
         host: Interface it listens on.
         port: Its TCP port.
-        warm_up: Run on the model thread before the server listens (e.g. a bucket's compile).
     """
 
     def __init__(
         self,
-        policy: FeatureServerPolicy,
+        build_policy: Callable[[], FeatureServerPolicy],
         host: str = "127.0.0.1",
         port: int = 8000,
-        warm_up: Callable[[], Any] | None = None,
     ) -> None:
-        """Serve `policy` on ws://host:port once `warm_up` (if any) has run."""
-        self.policy = policy
+        """Serve the policy `build_policy` makes, on ws://host:port once it is built."""
+        self.build_policy = build_policy
         self.host = host
         self.port = port
-        self.warm_up = warm_up
 
     def serve_forever(self) -> None:
-        """Warm up on the model thread, then listen and answer requests until killed."""
+        """Build the policy on the model thread, then listen and answer until killed."""
         for module in ("openpi_client", "websockets.asyncio.server"):
             require_remote_extra(module)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rpent-model") as model_thread:
-            if self.warm_up is not None:
-                model_thread.submit(self.warm_up).result()
-            asyncio.run(self._serve(model_thread))
+            policy = model_thread.submit(self.build_policy).result()
+            asyncio.run(self._serve(model_thread, policy))
 
-    async def _serve(self, model_thread: ThreadPoolExecutor) -> None:
+    async def _serve(self, model_thread: ThreadPoolExecutor, policy: FeatureServerPolicy) -> None:
         from websockets.asyncio.server import serve
 
-        handler = functools.partial(self._answer, model_thread)
+        handler = functools.partial(self._answer, model_thread, policy)
         async with serve(
             handler,
             self.host,
@@ -149,7 +149,9 @@ class FeatureServer:
             logger.info("listening on ws://%s:%d", self.host, self.port)
             await server.serve_forever()
 
-    async def _answer(self, model_thread: ThreadPoolExecutor, connection: Any) -> None:
+    async def _answer(
+        self, model_thread: ThreadPoolExecutor, policy: FeatureServerPolicy, connection: Any
+    ) -> None:
         """One connection: the metadata, then a reply per request until the client closes."""
         from openpi_client import msgpack_numpy
         from websockets.exceptions import ConnectionClosed
@@ -158,12 +160,12 @@ class FeatureServer:
         packer = msgpack_numpy.Packer()
         loop = asyncio.get_running_loop()
         try:
-            await connection.send(packer.pack(self.policy.metadata))
+            await connection.send(packer.pack(policy.metadata))
             async for frame in connection:
                 started = time.monotonic()
                 request = msgpack_numpy.unpackb(frame)
                 try:
-                    reply = await loop.run_in_executor(model_thread, self.policy.infer, request)
+                    reply = await loop.run_in_executor(model_thread, policy.infer, request)
                 except Exception:  # a bug: the client gets the traceback, as OpenPI's server does
                     logger.exception("a request failed")
                     await connection.send(traceback.format_exc())
@@ -225,18 +227,21 @@ def main() -> None:
 
 def _serve(args: ServeArgs) -> None:
     logging.getLogger().setLevel(args.log_level)
-    from rpent_agents.features.checkpoint import load_featurizer
-
-    warm_up = None
-    if args.pi05_checkpoint is not None:
-        featurizer = pi05_featurizer(args)
-        if sizes := warm_up_sizes(args.batch_buckets, args.warm_up):
-            warm_up = functools.partial(featurizer.feature_model.warm_up, sizes)
-    else:
-        featurizer = load_featurizer(args.checkpoint, args.device)
     served = args.pi05_checkpoint or args.checkpoint or "the default"
     logger.info("serving %s on ws://%s:%d", served, args.host, args.port)
-    FeatureServer(FeatureServerPolicy(featurizer), args.host, args.port, warm_up).serve_forever()
+    FeatureServer(functools.partial(build_policy, args), args.host, args.port).serve_forever()
+
+
+def build_policy(args: ServeArgs) -> FeatureServerPolicy:
+    """The featurizer `args` names, loaded and (pi0.5's buckets of `args.warm_up`) warmed up."""
+    from rpent_agents.features.checkpoint import load_featurizer
+
+    if args.pi05_checkpoint is None:
+        return FeatureServerPolicy(load_featurizer(args.checkpoint, args.device))
+    featurizer = pi05_featurizer(args)
+    if sizes := warm_up_sizes(args.batch_buckets, args.warm_up):
+        featurizer.feature_model.warm_up(sizes)
+    return FeatureServerPolicy(featurizer)
 
 
 def warm_up_sizes(batch_buckets: Sequence[int], warm_up: WarmUp) -> list[int]:
