@@ -162,8 +162,8 @@ class FeatureServer:
         try:
             await connection.send(packer.pack(policy.metadata))
             async for frame in connection:
-                started = time.monotonic()
                 request = msgpack_numpy.unpackb(frame)
+                started = time.monotonic()
                 try:
                     reply = await loop.run_in_executor(model_thread, policy.infer, request)
                 except Exception:  # a bug: the client gets the traceback, as OpenPI's server does

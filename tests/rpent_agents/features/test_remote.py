@@ -123,6 +123,17 @@ def test_a_non_finite_request_is_refused_and_the_server_serves_on(feature_server
     assert np.isfinite(features.z_rl).all() and np.isfinite(features.ref_chunk).all()
 
 
+def test_a_request_that_breaks_the_server_gets_the_traceback_and_others_are_served(
+    feature_server,
+):
+    host, port = feature_server.address.removeprefix("ws://").split(":")
+    other = RemoteFeatureModel(host, int(port))
+    with pytest.raises(RuntimeError, match="KeyError: 'observations'"):
+        other._client.infer({"want": "z_rl"})  # no observations: a bug on the server's side
+    features = feature_server.rlt_features(observations(1), [INSTRUCTION])  # its own connection
+    assert features.z_rl.shape == (1, 32)
+
+
 def test_the_server_refuses_to_answer_with_a_broken_models_output(checkpoint):
     featurizer = load_featurizer(checkpoint)
     with torch.no_grad():
