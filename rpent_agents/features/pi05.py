@@ -21,8 +21,8 @@ autocast, as openpi runs them (`bf16_vision`): in fp32 they took 41% of a batch-
 H200. The first call of each bucket pays the compile and capture; the compile is kept in RPent's
 compile cache (`features.compile_cache`: `~/.cache/rpent/compile` by default), so the next
 process on the same machine loads it instead. `warmup` tells, per bucket, the seconds, whether
-they compiled, came from the cache or were shared with a bucket warmed up before, and the first-
-ever compile's seconds.
+they compiled, came from the cache or were shared with a bucket warmed up before, and the
+first-ever compile's seconds.
 With torch 2.11 those CUDA graphs replay only in the thread that compiled them
 (pytorch/pytorch#123177): call the model from one thread.
 """
