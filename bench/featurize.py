@@ -278,21 +278,25 @@ def pi05_featurizer(policy, device, fast_path, compile_cache_dir=None, **options
     return RLTFeaturizer(model, rl_token, rl_token_dtype)
 
 
+def fast_featurizer(policy, device, args):
+    """`pi05_featurizer` on the fast path with the command line's compile options."""
+    return pi05_featurizer(
+        policy,
+        device,
+        True,
+        args.compile_cache_dir,
+        prompt_slots=args.prompt_slots,
+        dynamic_batch=args.dynamic_batch,
+    )
+
+
 def serve(args, device, dtype):
     """`--serve PORT`: the feature server of the remote path, a process of its own, warmed up
     as `rpent-feature-server --warm-up` says (`--server-warm-up`)."""
     from rpent_agents.features.server import FeatureServer, FeatureServerPolicy, warm_up_sizes
 
     def build_policy():  # on the server's model thread, as rpent-feature-server builds it
-        policy, _ = pi05_policy(args.size, device, dtype)
-        featurizer = pi05_featurizer(
-            policy,
-            device,
-            True,
-            args.compile_cache_dir,
-            prompt_slots=args.prompt_slots,
-            dynamic_batch=args.dynamic_batch,
-        )
+        featurizer = fast_featurizer(pi05_policy(args.size, device, dtype)[0], device, args)
         if sizes := warm_up_sizes(args.batch_sizes, args.server_warm_up):
             featurizer.feature_model.warm_up(sizes)
         return FeatureServerPolicy(featurizer)
@@ -336,14 +340,7 @@ def start_server(args):
 
 def pi05_report(policy, resolution, device, args):
     eager = pi05_featurizer(policy, device, fast_path=False).feature_model
-    in_process = pi05_featurizer(
-        policy,
-        device,
-        True,
-        args.compile_cache_dir,
-        prompt_slots=args.prompt_slots,
-        dynamic_batch=args.dynamic_batch,
-    )
+    in_process = fast_featurizer(policy, device, args)
     fast = in_process.feature_model
     makers = {
         "eager": lambda batch: policy_batch_call(eager, resolution, device, batch),
@@ -437,7 +434,7 @@ def main():
     parser.add_argument(
         "--server-warm-up",
         default="first",
-        choices=["first", "all", "none"],
+        choices=["first", "all", "none"],  # features.server.WarmUp (tyro-free import here)
         help="remote path: the server's --warm-up (first: the smallest size before it listens)",
     )
     parser.add_argument("--jsonl", type=Path, help="append every JSON line to this file")
