@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from rpent_agents.common.finite_checks import non_finite_output_error, require_finite_observations
+from rpent_agents.common.finite_checks import require_finite_observations
 from rpent_agents.features.buckets import (
     BATCH_BUCKETS,
     batch_pieces,
@@ -41,17 +41,17 @@ from rpent_agents.features.buckets import (
     checked_buckets,
 )
 from rpent_agents.features.builtin import CAMERA_KEYS, STATE_KEY, BuiltinVLA
+from rpent_agents.features.cuda_graphs import CapturedGraph, capture
 from rpent_agents.features.protocol import (
     Observation,
     RLTFeatures,
     RLTFeaturizer,
-    real_prefix_tokens,
+    packed_rlt_outputs,
+    unpacked_rlt_features,
 )
 from rpent_agents.features.rl_token import RLToken
 
 INPUT_KEYS = (*CAMERA_KEYS, STATE_KEY)
-CHECKED_OUTPUTS = ("prefix", "ref_chunk", "z_rl")
-"""The outputs refused when they hold NaN or inf, in the order `RLTFeaturizer` checks them."""
 
 InputLayout = tuple[tuple[str, tuple[int, ...], str], ...]
 """Per input key: the shape of one observation's array and its numpy dtype string."""
@@ -119,19 +119,6 @@ class BucketKey(NamedTuple):
     layout: InputLayout
 
 
-class CapturedFeatures(NamedTuple):
-    """A CUDA graph of `packed_features` and the device tensor its output lands in."""
-
-    graph: torch.cuda.CUDAGraph
-    packed: torch.Tensor
-
-    def replay(self) -> torch.Tensor:
-        """Run the graph (on its own device, whichever is current) and return its output."""
-        with torch.cuda.device(self.packed.device):
-            self.graph.replay()
-        return self.packed
-
-
 @dataclass
 class Bucket:
     """One bucket's buffers and, on CUDA, its captured computation.
@@ -144,7 +131,7 @@ class Bucket:
 
     host_inputs: BatchInputs
     device_inputs: BatchInputs
-    captured: CapturedFeatures | None
+    captured: CapturedGraph[torch.Tensor] | None
 
 
 class GraphedRLTFeaturizer(RLTFeaturizer):
@@ -189,8 +176,6 @@ class GraphedRLTFeaturizer(RLTFeaturizer):
         self.batch_buckets = checked_buckets(batch_buckets)
         self.use_cuda_graphs = feature_model.device.type == "cuda"
         self.buckets: dict[BucketKey, Bucket] = {}
-        vla_name = type(feature_model).__name__
-        self._sources = (vla_name, vla_name, "the RL token")  # as RLTFeaturizer names them
 
     @torch.no_grad()
     def rlt_features(
@@ -216,7 +201,7 @@ class GraphedRLTFeaturizer(RLTFeaturizer):
                 for piece in pieces
             ]
         )
-        return self._unpacked(packed)
+        return unpacked_rlt_features(packed, self.chunk_len, self.action_dim, self.output_sources)
 
     def packed_features(self, inputs: BatchInputs) -> torch.Tensor:
         """What a bucket computes: (B, D + H*A + 6) float32 rows.
@@ -229,9 +214,7 @@ class GraphedRLTFeaturizer(RLTFeaturizer):
         prefix, pad_mask = vla.encode_prefix(inputs.observations, inputs.text_ids, inputs.text_mask)
         ref_chunk = vla.sample_chunk(prefix, pad_mask)
         z_rl = self.encode_rl_token(prefix, pad_mask, vla.image_token_count)
-        checked = (real_prefix_tokens(prefix, pad_mask), ref_chunk, z_rl)
-        flat_outputs = [z_rl.float(), ref_chunk.float().flatten(1)]
-        return torch.cat([*flat_outputs, non_finite_columns(checked)], dim=1)
+        return packed_rlt_outputs(prefix, pad_mask, ref_chunk, z_rl)
 
     def _packed_rows(
         self, observations: Sequence[Observation], text_ids: torch.Tensor, text_mask: torch.Tensor
@@ -262,69 +245,3 @@ class GraphedRLTFeaturizer(RLTFeaturizer):
             return Bucket(blank, device_inputs, None)
         captured = capture(lambda: self.packed_features(device_inputs), device)
         return Bucket(blank.map(torch.Tensor.pin_memory), device_inputs, captured)
-
-    def _unpacked(self, packed: np.ndarray) -> RLTFeatures:
-        """The features of packed rows, refusing a row whose outputs hold NaN or inf."""
-        chunk_start = self.z_dim
-        flags_start = chunk_start + self.chunk_len * self.action_dim
-        values_start = flags_start + len(CHECKED_OUTPUTS)
-        flags, values = packed[:, flags_start:values_start], packed[:, values_start:]
-        refuse_non_finite(flags, values, self._sources)
-        ref_chunk = packed[:, chunk_start:flags_start].reshape(-1, self.chunk_len, self.action_dim)
-        return RLTFeatures(
-            z_rl=np.ascontiguousarray(packed[:, :chunk_start]),
-            ref_chunk=np.ascontiguousarray(ref_chunk),
-        )
-
-
-def non_finite_columns(outputs: Sequence[torch.Tensor]) -> torch.Tensor:
-    """(B, 2K) float32 for K outputs (B, ...): where each row holds NaN or inf, and what.
-
-    The first K columns are 1.0 where the output's row holds one (else 0.0), the last K the
-    row's first such entry in C order (any entry of a finite row), as `first_non_finite`
-    finds it; computed on the device, with no read back.
-    """
-    flat = [output.float().flatten(1) for output in outputs]
-    non_finite = [~torch.isfinite(values) for values in flat]
-    flags = [rows.any(dim=1, keepdim=True).float() for rows in non_finite]
-    first = [
-        values.gather(1, rows.to(torch.uint8).argmax(dim=1, keepdim=True))
-        for values, rows in zip(flat, non_finite, strict=True)
-    ]
-    return torch.cat([*flags, *first], dim=1)
-
-
-def refuse_non_finite(flags: np.ndarray, first_values: np.ndarray, sources: Sequence[str]) -> None:
-    """Raise what `require_finite_outputs` raises over the batch, from `non_finite_columns`.
-
-    Args:
-        flags: (B, 3) non-zero where the row's output (`CHECKED_OUTPUTS` order) holds NaN/inf.
-        first_values: (B, 3) the row's first such entry of each output.
-        sources: What computed each output, named in the message.
-
-    Raises:
-        ValueError: Naming the first output (in order) holding one and its first observation.
-    """
-    for column, (output, source) in enumerate(zip(CHECKED_OUTPUTS, sources, strict=True)):
-        rows = np.flatnonzero(flags[:, column])
-        if len(rows):
-            value = float(first_values[rows[0], column])
-            raise non_finite_output_error(source, output, int(rows[0]), value)
-
-
-def capture(run: Callable[[], torch.Tensor], device: torch.device) -> CapturedFeatures:
-    """Record `run` (working on `device`) as a CUDA graph after one warm-up run on a side stream.
-
-    The warm-up is torch's advice: lazy initialisations (cuBLAS workspaces, kernel choices)
-    must not happen during the capture.
-    """
-    with torch.cuda.device(device):
-        side_stream = torch.cuda.Stream()
-        side_stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side_stream):
-            run()
-        torch.cuda.current_stream().wait_stream(side_stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            packed = run()
-    return CapturedFeatures(graph, packed)

@@ -10,17 +10,23 @@ method (an `RLTFeaturizer`, or a remote client).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from rpent_agents.common.finite_checks import require_finite_observations, require_finite_outputs
+from rpent_agents.common.finite_checks import (
+    non_finite_output_error,
+    require_finite_observations,
+    require_finite_outputs,
+)
 from rpent_agents.features.rl_token import RLToken
 
 Observation = Mapping[str, Any]
+CHECKED_OUTPUTS = ("prefix", "ref_chunk", "z_rl")
+"""The outputs refused when they hold NaN or inf, in the order `RLTFeaturizer` checks them."""
 
 
 @dataclass
@@ -32,12 +38,15 @@ class PrefixFeatures:
         pad_mask: (B, T) bool, True for real tokens, False for padding.
         ref_chunk: Reference action chunk (B, H, A) in env action units.
         image_token_count: How many leading prefix tokens come from images.
+        z_rl: (B, D) float32 from an RL token the model runs inside its own fast path
+            (`fuse_rl_token`); None when the featurizer must encode the prefix itself.
     """
 
     prefix_tokens: torch.Tensor
     pad_mask: torch.Tensor
     ref_chunk: torch.Tensor
     image_token_count: int
+    z_rl: torch.Tensor | None = None
 
 
 @dataclass
@@ -76,13 +85,98 @@ class FeatureModel(Protocol):
         ...
 
 
+PrefixEncoder = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+"""`(prefix_tokens, pad_mask, image_token_count) -> z_rl`: `RLTFeaturizer.encode_rl_token`."""
+
+
+def packed_rlt_outputs(
+    prefix_tokens: torch.Tensor, pad_mask: torch.Tensor, ref_chunk: torch.Tensor, z_rl: torch.Tensor
+) -> torch.Tensor:
+    """What the RL stage reads and the finite checks need, as (B, D + H*A + 6) float32 rows.
+
+    Each row holds `z_rl`, the flat reference chunk, then for `prefix` (real tokens),
+    `ref_chunk` and `z_rl` 1.0 where the row holds NaN or inf (else 0.0), then the row's
+    first such entry of each (`non_finite_columns`). Computed where the inputs live, so one
+    read back brings everything to the host (`unpacked_rlt_features`).
+    """
+    checked = (real_prefix_tokens(prefix_tokens, pad_mask), ref_chunk, z_rl)
+    flat_outputs = [z_rl.float(), ref_chunk.float().flatten(1)]
+    return torch.cat([*flat_outputs, non_finite_columns(checked)], dim=1)
+
+
+def unpacked_rlt_features(
+    packed: np.ndarray, chunk_len: int, action_dim: int, sources: Sequence[str]
+) -> RLTFeatures:
+    """The features of `packed_rlt_outputs` rows, refusing a row whose outputs hold NaN or inf.
+
+    Args:
+        packed: (B, D + H*A + 6) rows.
+        chunk_len: H.
+        action_dim: A.
+        sources: What computed `prefix`, `ref_chunk` and `z_rl`, named in a refusal.
+
+    Raises:
+        ValueError: As `require_finite_outputs`, for the first output holding NaN or inf.
+    """
+    flags_start = packed.shape[1] - 2 * len(CHECKED_OUTPUTS)
+    chunk_start = flags_start - chunk_len * action_dim
+    values_start = flags_start + len(CHECKED_OUTPUTS)
+    flags, values = packed[:, flags_start:values_start], packed[:, values_start:]
+    refuse_non_finite(flags, values, sources)
+    ref_chunk = packed[:, chunk_start:flags_start].reshape(-1, chunk_len, action_dim)
+    return RLTFeatures(
+        z_rl=np.ascontiguousarray(packed[:, :chunk_start]),
+        ref_chunk=np.ascontiguousarray(ref_chunk),
+    )
+
+
+def non_finite_columns(outputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(B, 2K) float32 for K outputs (B, ...): where each row holds NaN or inf, and what.
+
+    The first K columns are 1.0 where the output's row holds one (else 0.0), the last K the
+    row's first such entry in C order (any entry of a finite row), as `first_non_finite`
+    finds it; computed on the device, with no read back.
+    """
+    flat = [output.float().flatten(1) for output in outputs]
+    non_finite = [~torch.isfinite(values) for values in flat]
+    flags = [rows.any(dim=1, keepdim=True).float() for rows in non_finite]
+    first = [
+        values.gather(1, rows.to(torch.uint8).argmax(dim=1, keepdim=True))
+        for values, rows in zip(flat, non_finite, strict=True)
+    ]
+    return torch.cat([*flags, *first], dim=1)
+
+
+def refuse_non_finite(flags: np.ndarray, first_values: np.ndarray, sources: Sequence[str]) -> None:
+    """Raise what `require_finite_outputs` raises over the batch, from `non_finite_columns`.
+
+    Args:
+        flags: (B, 3) non-zero where the row's output (`CHECKED_OUTPUTS` order) holds NaN/inf.
+        first_values: (B, 3) the row's first such entry of each output.
+        sources: What computed each output, named in the message.
+
+    Raises:
+        ValueError: Naming the first output (in order) holding one and its first observation.
+    """
+    for column, (output, source) in enumerate(zip(CHECKED_OUTPUTS, sources, strict=True)):
+        rows = np.flatnonzero(flags[:, column])
+        if len(rows):
+            value = float(first_values[rows[0], column])
+            raise non_finite_output_error(source, output, int(rows[0]), value)
+
+
 class RLTFeaturizer:
     """A feature model plus its trained RL token: observations -> (`z_rl`, `ref_chunk`).
 
     Runs under `torch.no_grad()` in eval mode on the feature model's device. NaN and inf never
     pass: an observation holding one in a float input (`state`) is refused with ValueError
     naming its index and key, and so is an output holding one (`prefix`, `ref_chunk`, `z_rl`:
-    a damaged checkpoint, an fp16 overflow), naming the output and the observation.
+    a damaged checkpoint, an fp16 overflow), naming the output and the observation. The
+    outputs and their finite checks come back to the host in one copy (`packed_rlt_outputs`),
+    so a call waits for the device once.
+
+    Attributes:
+        output_sources: What computes `prefix`, `ref_chunk` and `z_rl` (named in refusals).
 
     Example:
         >>> featurizer = load_featurizer("path/to/stage1_checkpoint")  # or the default
@@ -104,6 +198,9 @@ class RLTFeaturizer:
         `rl_token_dtype=torch.bfloat16` runs the RL token under bf16 autocast (its weights
         stay fp32), as Stage 1 trains it on CUDA: on a long prefix (pi0.5's: 712 tokens of
         width 2048, ~0.2 TFLOP per observation) fp32 matmuls leave the tensor cores idle.
+        A feature model with a `fuse_rl_token(encode)` method (pi0.5's fast path) is given
+        `encode_rl_token`, runs it inside its own compiled call and returns `z_rl` with the
+        prefix (`PrefixFeatures.z_rl`).
         """
         if rl_token is not None and rl_token.config.dim != feature_model.prefix_dim:
             raise ValueError(
@@ -116,6 +213,11 @@ class RLTFeaturizer:
         self.rl_token_dtype = rl_token_dtype
         self.chunk_len = feature_model.chunk_len
         self.action_dim = feature_model.action_dim
+        model_name = type(feature_model).__name__
+        self.output_sources = (model_name, model_name, "the RL token")
+        fuse_rl_token = getattr(feature_model, "fuse_rl_token", None)
+        if self.rl_token is not None and fuse_rl_token is not None:
+            fuse_rl_token(self.encode_rl_token)
 
     @torch.no_grad()
     def prefix_features(
@@ -149,14 +251,19 @@ class RLTFeaturizer:
                 f"no RL token is paired with {type(self.feature_model).__name__}, so there is"
                 " no z_rl: ask for prefix features, or pass the RL token trained on its prefix"
             )
-        prefix = self.prefix_features(observations, instructions)
-        z_rl = self.encode_rl_token(prefix.prefix_tokens, prefix.pad_mask, prefix.image_token_count)
-        features = RLTFeatures(
-            z_rl=z_rl.float().cpu().numpy(),
-            ref_chunk=prefix.ref_chunk.float().cpu().numpy(),
+        require_finite_observations(observations)
+        prefix = self.feature_model.featurize(observations, instructions)
+        z_rl = prefix.z_rl
+        if z_rl is None:
+            z_rl = self.encode_rl_token(
+                prefix.prefix_tokens, prefix.pad_mask, prefix.image_token_count
+            )
+        packed = packed_rlt_outputs(prefix.prefix_tokens, prefix.pad_mask, prefix.ref_chunk, z_rl)
+        # the one read back: the host waits for the device once per call
+        packed_rows = packed.cpu().numpy()
+        return unpacked_rlt_features(
+            packed_rows, self.chunk_len, self.action_dim, self.output_sources
         )
-        require_finite_outputs({"z_rl": features.z_rl}, "the RL token")
-        return features
 
     def encode_rl_token(
         self, prefix_tokens: torch.Tensor, pad_mask: torch.Tensor, image_token_count: int
