@@ -11,11 +11,15 @@ normaliser states). The stock pre-processor names the PaliGemma tokenizer on the
 tokenizer always comes from a local folder (`tokenizer_dir`), so nothing is downloaded.
 
 The fast path (on by default on CUDA) runs the same prefix pass and Euler loop through
-`torch.compile`: the batch is padded to a fixed bucket size (its first row repeated), and on
-CUDA the mode "reduce-overhead" replays the call as CUDA graphs from static buffers, recorded
-per bucket; each bucket compiles once, or, with `dynamic_batch`, every bucket above 1 shares one
-compile with a symbolic batch dimension. The prefix pass and one Euler step compile apart
-(`CompiledParts`), so the step is traced and lowered once, not once per step. On the fast path
+`torch.compile`: the batch is padded to a fixed bucket size (its first row repeated); each
+bucket compiles once, or, with `dynamic_batch`, every bucket above 1 shares one compile with a
+symbolic batch dimension. The prefix pass and one Euler step compile apart (`CompiledParts`),
+so the step is traced and lowered once, not once per step. On CUDA each bucket's whole call
+(the prefix pass, the ten Euler steps and, when an `RLTFeaturizer` fused its RL token into the
+model, `fuse_rl_token`, the RL token over the prefix) is then recorded as one CUDA graph on
+static input buffers (`cuda_graph`) and replayed in one launch: torch's "reduce-overhead" mode
+recorded eleven graphs, checked their inputs in Python at each replay and left the device
+idle 3.9 of 30 ms at batch 1, and the RL token after them ran eagerly. On the fast path
 of a bf16 policy the SigLIP tower and its projector, which LeRobot keeps in fp32, run under bf16
 autocast, as openpi runs them (`bf16_vision`): in fp32 they took 41% of a batch-64 call on the
 H200. The first call of each bucket pays the compile and capture; the compile is kept in RPent's
@@ -23,8 +27,9 @@ compile cache (`features.compile_cache`: `~/.cache/rpent/compile` by default), s
 process on the same machine loads it instead. `warmup` tells, per bucket, the seconds, whether
 they compiled, came from the cache or were shared with a bucket warmed up before, and the
 first-ever compile's seconds.
-With torch 2.11 those CUDA graphs replay only in the thread that compiled them
-(pytorch/pytorch#123177): call the model from one thread.
+With `compile_mode="reduce-overhead"` (and `cuda_graph=False`) torch records the graphs
+itself; with torch 2.11 those replay only in the thread that compiled them
+(pytorch/pytorch#123177). The graphs of `cuda_graph` replay from any thread, one call at a time.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from rpent_agents.features.compile_cache import (
     default_cache_root,
     device_kind,
 )
-from rpent_agents.features.protocol import PrefixFeatures
+from rpent_agents.features.cuda_graphs import CapturedGraph, capture
+from rpent_agents.features.protocol import PrefixEncoder, PrefixFeatures
 
 logger = logging.getLogger(__name__)
 PREPROCESSOR_FILE = "policy_preprocessor.json"
@@ -66,8 +72,8 @@ COMPILED_CONFIG_FIELDS = (
     "min_period",
     "max_period",
 )
-# A bucket's first call compiles and runs the CUDA-graph warm-up, its second records the graphs;
-# later calls replay them.
+# Without `cuda_graph`, a bucket's first call compiles (and, in "reduce-overhead", runs the
+# CUDA-graph warm-up), its second records torch's graphs; later calls replay them.
 WARMUP_CALLS = 2
 # The compile cache's name of the graphs every bucket above 1 shares (`dynamic_batch`)
 DYNAMIC_BATCH_GRAPHS = "dynamic-batch"
@@ -94,6 +100,19 @@ class CompiledParts(NamedTuple):
     euler_step: Callable[..., torch.Tensor]
 
 
+class CapturedBucket(NamedTuple):
+    """One bucket's whole fast call as a CUDA graph (`cuda_graph`).
+
+    Attributes:
+        inputs: The static inputs the graph reads (the padded batch), filled before a replay.
+        captured: The graph; its outputs are the prefix tokens, pad mask, chunk and, with a
+            fused RL token, `z_rl`.
+    """
+
+    inputs: tuple[torch.Tensor, ...]
+    captured: CapturedGraph[tuple[torch.Tensor, ...]]
+
+
 class PI05FeatureModel:
     """pi0.5 (LeRobot `PI05Policy`) seen as a `FeatureModel`.
 
@@ -103,6 +122,7 @@ class PI05FeatureModel:
 
     Attributes:
         fast_path: Whether featurization runs compiled (see the module doc).
+        cuda_graph: Whether each bucket's whole fast call is one CUDA graph of RPent's.
         bf16_vision: Whether the SigLIP tower and projector run under bf16 autocast.
         prompt_slots: Prompt token slots kept for the prefix pass (None: all of them).
         dynamic_batch: Whether the buckets above 1 share one compiled graph.
@@ -129,6 +149,7 @@ class PI05FeatureModel:
         bf16_vision: bool | None = None,
         prompt_slots: int | None = None,
         dynamic_batch: bool = False,
+        cuda_graph: bool | None = None,
     ) -> None:
         """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
 
@@ -138,8 +159,9 @@ class PI05FeatureModel:
             postprocessor: Its post-processor pipeline (normalised chunk -> env units).
             camera_keys: Raw camera key -> policy image feature.
             fast_path: Compile the prefix pass and the Euler loop; None: on CUDA only.
-            compile_mode: `torch.compile` mode; None: "reduce-overhead" (CUDA graphs) on
-                CUDA, "default" elsewhere.
+            compile_mode: `torch.compile` mode; None: "default" (the CUDA graphs are
+                `cuda_graph`'s). "reduce-overhead" records torch's own graphs instead and
+                needs `cuda_graph=False`.
             batch_buckets: Batch sizes the fast path pads to (a larger batch pads to a
                 multiple of the largest); each compiles once, so fewer buckets compile faster.
             compile_cache_dir: Root of the compile cache; None: `$RPENT_COMPILE_CACHE_DIR`,
@@ -157,11 +179,15 @@ class PI05FeatureModel:
                 bucket: the default seven buckets compile twice, not seven times. Each bucket
                 still records CUDA graphs of its own. Off by default: on the CPU its kernels
                 ran 9-19% slower than static ones (the H200 is not measured yet).
+            cuda_graph: Record each bucket's whole fast call (with a fused RL token) as one
+                CUDA graph; None: on the fast path on CUDA, unless `compile_mode` is
+                "reduce-overhead".
 
         Raises:
             ValueError: When `camera_keys` names a feature the policy lacks,
                 `batch_buckets` is empty or holds a size below 1, or `prompt_slots` is not
-                between 1 and the policy's `tokenizer_max_length`.
+                between 1 and the policy's `tokenizer_max_length`, or `cuda_graph` is asked
+                for off the fast path, off CUDA or with "reduce-overhead".
         """
         self.policy = policy.eval()
         self.preprocessor = preprocessor
@@ -179,7 +205,18 @@ class PI05FeatureModel:
         self.action_dim = policy.config.output_features["action"].shape[0]
         on_cuda = self.device.type == "cuda"
         self.fast_path = on_cuda if fast_path is None else fast_path
-        self.compile_mode = compile_mode or ("reduce-overhead" if on_cuda else "default")
+        self.compile_mode = compile_mode or "default"
+        own_graphs = self.fast_path and on_cuda and self.compile_mode != "reduce-overhead"
+        if cuda_graph and not own_graphs:
+            raise ValueError(
+                f"cuda_graph=True needs the fast path on CUDA and a compile_mode other than "
+                f"'reduce-overhead' (fast_path={self.fast_path}, device {self.device}, "
+                f"compile_mode={self.compile_mode!r}): pass cuda_graph=None or False"
+            )
+        self.cuda_graph = own_graphs if cuda_graph is None else cuda_graph
+        self._graphs: dict[int, CapturedBucket] = {}
+        self._graph_pool = torch.cuda.graph_pool_handle() if self.cuda_graph else None
+        self._rl_token_encoder: PrefixEncoder | None = None
         bf16_policy = _language_model_dtype(policy) == torch.bfloat16
         self.bf16_vision = self.fast_path and bf16_policy if bf16_vision is None else bf16_vision
         slots = policy.config.tokenizer_max_length
@@ -219,12 +256,13 @@ class PI05FeatureModel:
         bf16_vision: bool | None = None,
         prompt_slots: int | None = None,
         dynamic_batch: bool = False,
+        cuda_graph: bool | None = None,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
 
         `camera_keys`, `fast_path` (None: compiled on CUDA, eager elsewhere), `batch_buckets`,
-        `compile_cache_dir`, `bf16_vision`, `prompt_slots` and `dynamic_batch` as in the
-        constructor.
+        `compile_cache_dir`, `bf16_vision`, `prompt_slots`, `dynamic_batch` and `cuda_graph`
+        as in the constructor.
 
         Raises:
             FileNotFoundError: When a checkpoint or tokenizer file is missing.
@@ -273,6 +311,7 @@ class PI05FeatureModel:
             bf16_vision=bf16_vision,
             prompt_slots=prompt_slots,
             dynamic_batch=dynamic_batch,
+            cuda_graph=cuda_graph,
         )
 
     @property
@@ -283,6 +322,17 @@ class PI05FeatureModel:
     def warmup_s(self) -> dict[int, float]:
         """Seconds of each bucket's warm-up in this process (compile or cache load, capture)."""
         return {bucket: warmup.seconds for bucket, warmup in self.warmup.items()}
+
+    def fuse_rl_token(self, encode: PrefixEncoder) -> None:
+        """Run `encode` (`RLTFeaturizer.encode_rl_token`) inside each fast call, after the chunk.
+
+        `featurize` then returns its `z_rl` (`PrefixFeatures.z_rl`), computed on the padded
+        bucket within the same CUDA graph; buckets recorded before are recorded again at their
+        next call (their compiles stay). Off the fast path nothing changes: `z_rl` stays None
+        and the featurizer encodes the prefix itself.
+        """
+        self._rl_token_encoder = encode
+        self._graphs.clear()
 
     def warm_up(self, batch_sizes: Sequence[int] | None = None) -> dict[int, BucketWarmup]:
         """Compile (or load from the cache) the buckets of `batch_sizes` now, on blank inputs.
@@ -318,7 +368,10 @@ class PI05FeatureModel:
             # uint8 to the model's device, floats made there: a quarter of the bytes cross to a
             # GPU, and the host makes no pass over every pixel (~45 ms per camera at batch 64
             # on a 2-core CPU)
-            pixels = torch.from_numpy(images).to(self.device)
+            pixels = torch.from_numpy(images)
+            if self.device.type == "cuda":  # pinned: the copy runs without holding the host
+                pixels = pixels.pin_memory()
+            pixels = pixels.to(self.device, non_blocking=True)
             batch[policy_key] = pixels.permute(0, 3, 1, 2).float() / 255.0
         states = np.stack([np.asarray(obs["state"], dtype=np.float32) for obs in observations])
         batch["observation.state"] = torch.from_numpy(states)
@@ -346,13 +399,14 @@ class PI05FeatureModel:
         )
         inputs = (*images, *image_masks, tokens, token_mask, noise)
         run = self._run_fast if self.fast_path else self._prefix_pass_and_chunk
-        prefix_tokens, pad_mask, chunk = run(*inputs)
+        prefix_tokens, pad_mask, chunk, *fused_z_rl = run(*inputs)
         ref_chunk = self.postprocessor(chunk[:, :, : self.action_dim])
         return PrefixFeatures(
             prefix_tokens=prefix_tokens,
             pad_mask=pad_mask.bool(),
             ref_chunk=ref_chunk.float(),
             image_token_count=prefix_tokens.shape[1] - tokens.shape[1],
+            z_rl=fused_z_rl[0] if fused_z_rl else None,
         )
 
     def _kept_prompt_slots(
@@ -448,22 +502,56 @@ class PI05FeatureModel:
         return -1.0 / self.policy.config.num_inference_steps
 
     def _run_fast(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """`_prefix_pass_and_chunk` with its compiled parts, on the batch padded to its bucket."""
+        """`_bucket_outputs` on the batch padded to its bucket, cut back to the batch's rows."""
         count = inputs[0].shape[0]
         bucket = bucket_size(count, self.batch_buckets)
         padded = [_pad_rows(tensor, bucket) for tensor in inputs]
-        if bucket not in self.warmup_s:
+        if bucket not in self.warmup:
             self._warm_up(bucket, padded)
-        torch.compiler.cudagraph_mark_step_begin()
-        outputs = self._prefix_pass_and_chunk(*padded, parts=self._compiled)
+        if self.cuda_graph:
+            outputs = self._replayed(bucket, padded)
+        else:
+            torch.compiler.cudagraph_mark_step_begin()
+            outputs = self._bucket_outputs(*padded)
         # Cloned: the next replay of the CUDA graphs overwrites their output buffers.
         return tuple(output[:count].clone() for output in outputs)
 
+    def _bucket_outputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The compiled `_prefix_pass_and_chunk`, then the fused RL token's `z_rl` if any."""
+        outputs = self._prefix_pass_and_chunk(*inputs, parts=self._compiled)
+        if self._rl_token_encoder is None:
+            return outputs
+        prefix_tokens, pad_mask, _ = outputs
+        image_token_count = prefix_tokens.shape[1] - inputs[-3].shape[1]  # -3: prompt tokens
+        return (*outputs, self._rl_token_encoder(prefix_tokens, pad_mask, image_token_count))
+
+    def _replayed(self, bucket: int, padded: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The bucket's CUDA graph (recorded at its first call) replayed on `padded`."""
+        if bucket not in self._graphs:
+            self._graphs[bucket] = self._captured_bucket(padded)
+        recorded = self._graphs[bucket]
+        for buffer, values in zip(recorded.inputs, padded, strict=True):
+            buffer.copy_(values)
+        return recorded.captured.replay()
+
+    def _captured_bucket(self, padded: Sequence[torch.Tensor]) -> CapturedBucket:
+        """Static copies of `padded` and the bucket's whole call recorded on them.
+
+        The graphs of every bucket share one memory pool: they never replay at once, and
+        each call clones what it returns.
+        """
+        inputs = tuple(values.clone() for values in padded)
+        captured = capture(lambda: self._bucket_outputs(*inputs), self.device, self._graph_pool)
+        return CapturedBucket(inputs, captured)
+
     def _warm_up(self, bucket: int, padded: Sequence[torch.Tensor]) -> None:
         def first_calls() -> None:
-            for _ in range(WARMUP_CALLS):
-                torch.compiler.cudagraph_mark_step_begin()
-                self._prefix_pass_and_chunk(*padded, parts=self._compiled)
+            if self.cuda_graph:  # the capture's warm-up run compiles
+                self._graphs[bucket] = self._captured_bucket(padded)
+            else:
+                for _ in range(WARMUP_CALLS):
+                    torch.compiler.cudagraph_mark_step_begin()
+                    self._bucket_outputs(*padded)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
 
@@ -471,11 +559,12 @@ class PI05FeatureModel:
         graphs = DYNAMIC_BATCH_GRAPHS if self.dynamic_batch and bucket > 1 else None
         warmup = self.warmup[bucket] = cache.warm_up(bucket, first_calls, graphs)
         logger.info(
-            "pi0.5 fast path: batch bucket %d ready in %.1f s (%s, %s; first compile %s s; %s)",
+            "pi0.5 fast path: batch bucket %d ready in %.1f s (%s, %s%s; first compile %s s; %s)",
             bucket,
             warmup.seconds,
             warmup.source,
             self.compile_mode,
+            ", one CUDA graph" if self.cuda_graph else "",
             "unknown" if warmup.first_compile_s is None else f"{warmup.first_compile_s:.1f}",
             cache.folder,
         )

@@ -159,8 +159,9 @@ def test_batch_buckets_are_checked(pi05_model):
 
 
 def test_fast_path_matches_eager_and_buckets_above_one_share_its_compile(pi05_model, tmp_path):
-    """Compiled (inductor on the CPU) against eager, same noise, a batch padded 3 -> 4; then
-    batches of 2 and 6 (buckets 2 and 8) run bucket 4's dynamic-batch graphs, compiling nothing.
+    """Compiled (inductor on the CPU), with an RL token fused into its calls, against eager,
+    same noise, a batch padded 3 -> 4; then batches of 2 and 6 (buckets 2 and 8) run bucket 4's
+    dynamic-batch graphs, compiling nothing.
 
     Kept cheap for 2 CPU cores: the C++ kernels compile without vector ISA (~35% faster to
     build). The Euler loop keeps its 10 steps: the step compiles once for all of them.
@@ -175,20 +176,23 @@ def test_fast_path_matches_eager_and_buckets_above_one_share_its_compile(pi05_mo
     )
     obs, instructions = observations(3), [INSTRUCTION, "insert the hole in the peg", INSTRUCTION]
     rl_token = RLToken(RLTokenConfig(dim=WIDTH, prefix_seq_len=64))
-    results = []
+    RLTFeaturizer(fast, rl_token)  # fuses the RL token into fast's calls: featurize gives z_rl
     with inductor_config.patch({"cpp.vec_isa_ok": False}):
-        for model in (pi05_model, fast, fast):
-            torch.manual_seed(11)
-            prefix = model.featurize(obs, instructions)
-            z_rl = rl_token.encode(prefix.prefix_tokens, prefix.pad_mask, prefix.image_token_count)
-            results.append((prefix, z_rl))
-    (eager, eager_z), (compiled, compiled_z), (replayed, _) = results
+        torch.manual_seed(11)
+        eager = pi05_model.featurize(obs, instructions)
+        torch.manual_seed(11)
+        compiled = fast.featurize(obs, instructions)
+        torch.manual_seed(11)
+        replayed = fast.featurize(obs, instructions)
+    with torch.no_grad():
+        eager_z = rl_token.encode(eager.prefix_tokens, eager.pad_mask, eager.image_token_count)
+    assert eager.z_rl is None and compiled.z_rl.shape == eager_z.shape
     assert list(fast.warmup_s) == [4] and fast.warmup_s[4] > 0  # one compile for both calls
     assert fast.warmup[4].source == "compiled"
     assert compiled.image_token_count == eager.image_token_count
     assert torch.equal(compiled.pad_mask, eager.pad_mask)
     torch.testing.assert_close(compiled.prefix_tokens, eager.prefix_tokens, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(compiled_z, eager_z, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(compiled.z_rl, eager_z, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(compiled.ref_chunk, eager.ref_chunk, rtol=1e-4, atol=1e-5)
     assert torch.equal(replayed.ref_chunk, compiled.ref_chunk)
     graphs = counters["stats"]["unique_graphs"]
