@@ -15,8 +15,9 @@ pi0.5 runs along several paths (`--pi05-paths`):
 
 - `eager`: `PI05FeatureModel` on the stock eager LeRobot code, from the policy batch, its
   outputs left on the device;
-- `fast`: the same with the fast path (torch.compile, batch buckets, CUDA graphs on CUDA; the
-  vision tower in bf16 for a bf16 policy: `bf16_vision`);
+- `fast`: the same with the fast path (torch.compile, batch buckets, one CUDA graph per bucket
+  on CUDA; the vision tower in bf16 for a bf16 policy: `bf16_vision`). It is the in-process
+  featurizer's model, so on CUDA its graph also runs the fused RL token (`fuse_rl_token`);
 - `in-process`: raw observations -> `z_rl` + chunk through `RLTFeaturizer` (fast path, a random
   RL token, computed in bf16 for a bf16 policy: `rl_token_dtype`), what the RL stage calls;
 - `remote`: the same through `rpent-feature-server`'s `FeatureServer` and `RemoteFeatureModel`
@@ -29,6 +30,8 @@ pi0.5 runs along several paths (`--pi05-paths`):
 With `--prompt-slots N` the fast paths keep only the prompt's first N of its 200 token slots
 (`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock. With
 `--dynamic-batch` the buckets above 1 share one compile (`PI05FeatureModel(dynamic_batch=True)`).
+`--compile-mode reduce-overhead` has torch record its own CUDA graphs instead of RPent's one graph
+per bucket (`cuda_graph=False`; the RL token then runs eagerly after them): the A/B baseline.
 
 Every JSON line printed also goes to `--jsonl PATH` (appended, each tagged with `--label`), the
 file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows carry the
@@ -287,6 +290,7 @@ def fast_featurizer(policy, device, args):
         args.compile_cache_dir,
         prompt_slots=args.prompt_slots,
         dynamic_batch=args.dynamic_batch,
+        compile_mode=args.compile_mode,
     )
 
 
@@ -319,7 +323,7 @@ def start_server(args):
         command += ["--compile-cache-dir", str(args.compile_cache_dir)]
     if args.prompt_slots is not None:
         command += ["--prompt-slots", str(args.prompt_slots)]
-    command += ["--server-warm-up", args.server_warm_up]
+    command += ["--server-warm-up", args.server_warm_up, "--compile-mode", args.compile_mode]
     command += ["--dynamic-batch" if args.dynamic_batch else "--no-dynamic-batch"]
     spawn_age_s = process_age_s()
     server, started = subprocess.Popen(command), time.monotonic()
@@ -366,6 +370,7 @@ def pi05_report(policy, resolution, device, args):
         {
             "model": "pi0.5 fast path",
             "compile_mode": fast.compile_mode,
+            "cuda_graph": fast.cuda_graph,
             "compile_cache": str(fast.compile_cache_dir),
             "warmup": {bucket: asdict(warmup) for bucket, warmup in fast.warmup.items()},
             "compile_times_s": dynamo_compile_times(),
@@ -430,6 +435,13 @@ def main():
         action=argparse.BooleanOptionalAction,
         default=False,
         help="pi0.5 fast paths: one compile for every bucket above 1 (dynamic_batch)",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        default="default",
+        choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+        help="pi0.5 fast paths: torch.compile mode (reduce-overhead: torch's CUDA graphs, not"
+        " RPent's one graph per bucket)",
     )
     parser.add_argument(
         "--server-warm-up",

@@ -2,14 +2,18 @@
 # GPU job (H200), issue 28: the pi0.5 fast path, compiled once. Full-size PI05 with random
 # weights in bf16, batch 1 and 64, one compile cache for the whole job (RPENT_COMPILE_CACHE_DIR,
 # default /tmp/rpent_compile: /tmp outlives the job on a held machine):
-#   1. first_start: bench/featurize.py, fast path (compiles buckets 1 and 64: ~400 + ~490 s),
+#   1. first_start: bench/featurize.py, fast path (compiles buckets 1 and 64: ~90 s each),
 #      in process (raw observations -> z_rl + chunk) and the feature server over loopback (a new
 #      process started after them, a restart from the cache: it loads bucket 1 before it
 #      listens and bucket 64 in its first batch-64 request; since_server_spawn_s, goal <= 60 s);
 #   2. second_start: bench/pi05_profile.py, a new process: each bucket's warm-up from the cache
 #      (first-call seconds and the process's age, goal <= 60 s), then torch.profiler over 3 warm
 #      calls per batch (kernels by device time, classes, device idle gaps, launch calls);
-#   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (~400 s, bucket 4);
+#   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (bucket 4 compiled,
+#      recorded with the fused RL token, against eager);
+#   3b. baseline: step 1's fast and in-process paths with --compile-mode reduce-overhead
+#      (torch's CUDA graphs, the RL token eager after them: the library before its one graph
+#      per bucket), the A/B of the same lease (two more compiles);
 #   4. dynamic_batch: bench/featurize.py's fast path at batch 8 then 64 with --dynamic-batch
 #      (one compile for both; bucket 64 "shared"), against step 1's static bucket 64;
 #   5. short_prompt: bench/featurize.py's fast and in-process paths keeping 64 of the 200
@@ -38,7 +42,7 @@ run_step() {  # name, command...: its log and exit status under $job
   "$@" > "$job/$name.log" 2>&1
   echo "== $name rc=$? end $(date +%T)" | tee -a "$job/steps.txt"
 }
-for step in ${STEPS:-first_start second_start tests dynamic_batch short_prompt}; do
+for step in ${STEPS:-first_start tests baseline second_start short_prompt dynamic_batch}; do
   case $step in
     first_start)
       run_step first_start python3 bench/featurize.py "${common[@]}" --models pi05 \
@@ -47,6 +51,10 @@ for step in ${STEPS:-first_start second_start tests dynamic_batch short_prompt};
     second_start)
       run_step second_start python3 bench/pi05_profile.py "${common[@]}" \
         --jsonl "$job/h200_second_start_profile.jsonl" ;;
+    baseline)
+      run_step baseline python3 bench/featurize.py "${common[@]}" --models pi05 \
+        --pi05-paths fast in-process --compile-mode reduce-overhead \
+        --jsonl "$job/h200_baseline.jsonl" --label "reduce-overhead baseline" ;;
     dynamic_batch)
       run_step dynamic_batch python3 bench/featurize.py "${common[@]}" --models pi05 \
         --pi05-paths fast --batch-sizes 8 "${batch_sizes[-1]}" --dynamic-batch \
