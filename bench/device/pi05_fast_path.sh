@@ -10,7 +10,8 @@
 #      (first-call seconds and the process's age, goal <= 60 s), then torch.profiler over 3 warm
 #      calls per batch (kernels by device time, classes, device idle gaps, launch calls);
 #   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (bucket 4 compiled,
-#      recorded with the fused RL token, against eager);
+#      recorded with the fused RL token, against eager) and test_graphed_cuda.py (the built-in
+#      model's CUDA graphs);
 #   3b. baseline: step 1's fast and in-process paths with --compile-mode reduce-overhead
 #      (torch's CUDA graphs, the RL token eager after them: the library before its one graph
 #      per bucket), the A/B of the same lease (two more compiles);
@@ -65,7 +66,8 @@ for step in ${STEPS:-first_start tests baseline second_start short_prompt dynami
         --label "64 prompt slots" ;;
     tests)
       [ "${RUN_TESTS:-0}" = 1 ] && run_step tests python3 -m pytest -q -rs -p no:cacheprovider \
-        tests/rpent_agents/features/test_pi05_cuda.py ;;
+        tests/rpent_agents/features/test_pi05_cuda.py \
+        tests/rpent_agents/features/test_graphed_cuda.py ;;
   esac
 done
 du -sh "$RPENT_COMPILE_CACHE_DIR" > "$job/compile_cache_size.txt" 2>&1
