@@ -158,6 +158,13 @@ def test_batch_buckets_are_checked(pi05_model):
         PI05FeatureModel(pi05_model.policy, None, None, batch_buckets=(0, 8))
 
 
+def test_one_cuda_graph_per_bucket_is_refused_where_it_cannot_run(pi05_model):
+    policy = pi05_model.policy
+    assert PI05FeatureModel(policy, None, None, fast_path=True).cuda_graph is False  # the CPU
+    with pytest.raises(ValueError, match="cuda_graph=True needs the fast path on CUDA"):
+        PI05FeatureModel(policy, None, None, fast_path=True, cuda_graph=True)
+
+
 def test_fast_path_matches_eager_and_buckets_above_one_share_its_compile(pi05_model, tmp_path):
     """Compiled (inductor on the CPU), with an RL token fused into its calls, against eager,
     same noise, a batch padded 3 -> 4; then batches of 2 and 6 (buckets 2 and 8) run bucket 4's
