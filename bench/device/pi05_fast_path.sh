@@ -33,6 +33,9 @@ job="${JOB:-/tmp/job}"
 mkdir -p "$job"
 source bench/device/pi_env.sh
 export RPENT_COMPILE_CACHE_DIR="${RPENT_COMPILE_CACHE_DIR:-/tmp/rpent_compile}"
+# the JSON lines' file names start with the card (h100, h200; cpu in a dry run)
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -oiE 'h[0-9]+' | head -n1)
+card=$(echo "${card:-cpu}" | tr '[:upper:]' '[:lower:]')
 read -ra batch_sizes <<< "${BATCH_SIZES:-1 64}"
 common=(--device "${DEVICE:-cuda}" --dtype "${DTYPE:-bfloat16}" --size "${SIZE:-full}")
 common+=(--batch-sizes "${batch_sizes[@]}")
@@ -47,22 +50,22 @@ for step in ${STEPS:-first_start tests baseline second_start short_prompt dynami
   case $step in
     first_start)
       run_step first_start python3 bench/featurize.py "${common[@]}" --models pi05 \
-        --pi05-paths fast in-process remote --jsonl "$job/h200_first_start.jsonl" \
+        --pi05-paths fast in-process remote --jsonl "$job/${card}_first_start.jsonl" \
         --label "first start (compiles)" ;;
     second_start)
       run_step second_start python3 bench/pi05_profile.py "${common[@]}" \
-        --jsonl "$job/h200_second_start_profile.jsonl" ;;
+        --jsonl "$job/${card}_second_start_profile.jsonl" ;;
     baseline)
       run_step baseline python3 bench/featurize.py "${common[@]}" --models pi05 \
         --pi05-paths fast in-process --compile-mode reduce-overhead \
-        --jsonl "$job/h200_baseline.jsonl" --label "reduce-overhead baseline" ;;
+        --jsonl "$job/${card}_baseline.jsonl" --label "reduce-overhead baseline" ;;
     dynamic_batch)
       run_step dynamic_batch python3 bench/featurize.py "${common[@]}" --models pi05 \
         --pi05-paths fast --batch-sizes 8 "${batch_sizes[-1]}" --dynamic-batch \
-        --jsonl "$job/h200_dynamic_batch.jsonl" --label "dynamic batch" ;;
+        --jsonl "$job/${card}_dynamic_batch.jsonl" --label "dynamic batch" ;;
     short_prompt)
       run_step short_prompt python3 bench/featurize.py "${common[@]}" --models pi05 \
-        --pi05-paths fast in-process --prompt-slots 64 --jsonl "$job/h200_short_prompt.jsonl" \
+        --pi05-paths fast in-process --prompt-slots 64 --jsonl "$job/${card}_short_prompt.jsonl" \
         --label "64 prompt slots" ;;
     tests)
       [ "${RUN_TESTS:-0}" = 1 ] && run_step tests python3 -m pytest -q -rs -p no:cacheprovider \
