@@ -526,28 +526,28 @@ class PI05FeatureModel:
         return (*outputs, self._rl_token_encoder(prefix_tokens, pad_mask, image_token_count))
 
     def _replayed(self, bucket: int, padded: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """The bucket's CUDA graph (recorded at its first call) replayed on `padded`."""
-        if bucket not in self._graphs:
-            self._graphs[bucket] = self._captured_bucket(padded)
-        recorded = self._graphs[bucket]
+        """The bucket's CUDA graph replayed on `padded`."""
+        recorded = self._captured_bucket(bucket, padded)
         for buffer, values in zip(recorded.inputs, padded, strict=True):
             buffer.copy_(values)
         return recorded.captured.replay()
 
-    def _captured_bucket(self, padded: Sequence[torch.Tensor]) -> CapturedBucket:
-        """Static copies of `padded` and the bucket's whole call recorded on them.
+    def _captured_bucket(self, bucket: int, padded: Sequence[torch.Tensor]) -> CapturedBucket:
+        """The bucket's whole call recorded on static copies of `padded` at its first call.
 
         The graphs of every bucket share one memory pool: they never replay at once, and
         each call clones what it returns.
         """
-        inputs = tuple(values.clone() for values in padded)
-        captured = capture(lambda: self._bucket_outputs(*inputs), self.device, self._graph_pool)
-        return CapturedBucket(inputs, captured)
+        if bucket not in self._graphs:
+            inputs = tuple(values.clone() for values in padded)
+            captured = capture(lambda: self._bucket_outputs(*inputs), self.device, self._graph_pool)
+            self._graphs[bucket] = CapturedBucket(inputs, captured)
+        return self._graphs[bucket]
 
     def _warm_up(self, bucket: int, padded: Sequence[torch.Tensor]) -> None:
         def first_calls() -> None:
             if self.cuda_graph:  # the capture's warm-up run compiles
-                self._graphs[bucket] = self._captured_bucket(padded)
+                self._captured_bucket(bucket, padded)
             else:
                 for _ in range(WARMUP_CALLS):
                     torch.compiler.cudagraph_mark_step_begin()

@@ -233,7 +233,7 @@ class RLTFeaturizer:
         prefix = self.feature_model.featurize(observations, instructions)
         real_tokens = real_prefix_tokens(prefix.prefix_tokens, prefix.pad_mask)
         outputs = {"prefix": real_tokens, "ref_chunk": prefix.ref_chunk}
-        require_finite_outputs(outputs, type(self.feature_model).__name__)
+        require_finite_outputs(outputs, self.output_sources[0])
         return prefix
 
     @torch.no_grad()
