@@ -31,7 +31,9 @@ With `--prompt-slots N` the fast paths keep only the prompt's first N of its 200
 (`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock. With
 `--dynamic-batch` the buckets above 1 share one compile (`PI05FeatureModel(dynamic_batch=True)`).
 `--compile-mode reduce-overhead` has torch record its own CUDA graphs instead of RPent's one graph
-per bucket (`cuda_graph=False`; the RL token then runs eagerly after them): the A/B baseline.
+per bucket (`cuda_graph=False`; the RL token then runs eagerly after them), and
+`--no-precompute` recomputes the adaRMS modulations and the bf16 vision weights at every call
+(`PI05FeatureModel(precompute=False)`, the library before `features.precomputed`): A/B baselines.
 
 Every JSON line printed also goes to `--jsonl PATH` (appended, each tagged with `--label`), the
 file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows carry the
@@ -291,6 +293,7 @@ def fast_featurizer(policy, device, args):
         prompt_slots=args.prompt_slots,
         dynamic_batch=args.dynamic_batch,
         compile_mode=args.compile_mode,
+        precompute=args.precompute,
     )
 
 
@@ -325,6 +328,7 @@ def start_server(args):
         command += ["--prompt-slots", str(args.prompt_slots)]
     command += ["--server-warm-up", args.server_warm_up, "--compile-mode", args.compile_mode]
     command += ["--dynamic-batch" if args.dynamic_batch else "--no-dynamic-batch"]
+    command += ["--precompute" if args.precompute else "--no-precompute"]
     spawn_age_s = process_age_s()
     server, started = subprocess.Popen(command), time.monotonic()
     deadline = started + SERVER_START_S
@@ -371,6 +375,7 @@ def pi05_report(policy, resolution, device, args):
             "model": "pi0.5 fast path",
             "compile_mode": fast.compile_mode,
             "cuda_graph": fast.cuda_graph,
+            "precompute": fast.precompute,
             "compile_cache": str(fast.compile_cache_dir),
             "warmup": {bucket: asdict(warmup) for bucket, warmup in fast.warmup.items()},
             "compile_times_s": dynamo_compile_times(),
@@ -444,6 +449,13 @@ def main():
         " RPent's one graph per bucket)",
     )
     parser.add_argument(
+        "--precompute",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pi0.5 fast paths: the adaRMS modulations and bf16 vision weights computed once"
+        " (precompute; --no-precompute: the library before, the A/B)",
+    )
+    parser.add_argument(
         "--server-warm-up",
         default="first",
         choices=["first", "all", "none"],  # features.server.WarmUp (tyro-free import here)
@@ -466,6 +478,7 @@ def main():
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     header.update(dtype=args.dtype, size=args.size, torch=torch.__version__)
     header.update(prompt_slots=args.prompt_slots, dynamic_batch=args.dynamic_batch)
+    header.update(precompute=args.precompute)
     emit(header | {"started_s": process_age_s()})
     rows = []
     if "builtin" in args.models:

@@ -52,6 +52,12 @@ from rpent_agents.features.compile_cache import (
     device_kind,
 )
 from rpent_agents.features.cuda_graphs import CapturedGraph, capture
+from rpent_agents.features.precomputed import (
+    PrecomputedLinear,
+    install_bf16_vision_copies,
+    install_modulation_tables,
+    precomputed_routes,
+)
 from rpent_agents.features.protocol import PrefixEncoder, PrefixFeatures
 
 logger = logging.getLogger(__name__)
@@ -124,6 +130,8 @@ class PI05FeatureModel:
         fast_path: Whether featurization runs compiled (see the module doc).
         cuda_graph: Whether each bucket's whole fast call is one CUDA graph of RPent's.
         bf16_vision: Whether the SigLIP tower and projector run under bf16 autocast.
+        precompute: Whether fast calls read precomputed adaRMS modulations (and bf16 copies
+            of the vision weights) instead of recomputing them (`features.precomputed`).
         prompt_slots: Prompt token slots kept for the prefix pass (None: all of them).
         dynamic_batch: Whether the buckets above 1 share one compiled graph.
         warmup: Per batch bucket warmed up in this process, its `BucketWarmup` (seconds,
@@ -150,6 +158,7 @@ class PI05FeatureModel:
         prompt_slots: int | None = None,
         dynamic_batch: bool = False,
         cuda_graph: bool | None = None,
+        precompute: bool | None = None,
     ) -> None:
         """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
 
@@ -182,12 +191,18 @@ class PI05FeatureModel:
             cuda_graph: Record each bucket's whole fast call (with a fused RL token) as one
                 CUDA graph; None: on the fast path on CUDA, unless `compile_mode` is
                 "reduce-overhead".
+            precompute: Compute once what each fast call recomputed from fixed weights
+                (`features.precomputed`): the action expert's adaRMS modulations at the Euler
+                loop's times and, with `bf16_vision`, bf16 copies of the SigLIP tower's
+                Linear weights (+0.8 GB for the full-size model). None: on the fast path.
+                The eager path and the policy's own calls are unchanged.
 
         Raises:
             ValueError: When `camera_keys` names a feature the policy lacks,
                 `batch_buckets` is empty or holds a size below 1, or `prompt_slots` is not
                 between 1 and the policy's `tokenizer_max_length`, or `cuda_graph` is asked
-                for off the fast path, off CUDA or with "reduce-overhead".
+                for off the fast path, off CUDA or with "reduce-overhead", or `precompute`
+                off the fast path.
         """
         self.policy = policy.eval()
         self.preprocessor = preprocessor
@@ -226,6 +241,17 @@ class PI05FeatureModel:
                 f"policy's tokenizer_max_length ({slots}), or None for all of them"
             )
         self.prompt_slots = prompt_slots
+        if precompute and not self.fast_path:
+            raise ValueError(
+                "precompute=True serves the fast path only (fast_path=False here): pass "
+                "precompute=None or False, or fast_path=True"
+            )
+        self.precompute = self.fast_path if precompute is None else precompute
+        self._precomputed: list[PrecomputedLinear] = []
+        if self.precompute:
+            self._precomputed = install_modulation_tables(policy, self._euler_times)
+            if self.bf16_vision:
+                self._precomputed += install_bf16_vision_copies(policy)
         self.dynamic_batch = dynamic_batch
         self.batch_buckets = checked_buckets(batch_buckets)
         self.compile_cache_dir = Path(compile_cache_dir or default_cache_root())
@@ -257,12 +283,13 @@ class PI05FeatureModel:
         prompt_slots: int | None = None,
         dynamic_batch: bool = False,
         cuda_graph: bool | None = None,
+        precompute: bool | None = None,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
 
         `camera_keys`, `fast_path` (None: compiled on CUDA, eager elsewhere), `batch_buckets`,
-        `compile_cache_dir`, `bf16_vision`, `prompt_slots`, `dynamic_batch` and `cuda_graph`
-        as in the constructor.
+        `compile_cache_dir`, `bf16_vision`, `prompt_slots`, `dynamic_batch`, `cuda_graph` and
+        `precompute` as in the constructor.
 
         Raises:
             FileNotFoundError: When a checkpoint or tokenizer file is missing.
@@ -312,6 +339,7 @@ class PI05FeatureModel:
             prompt_slots=prompt_slots,
             dynamic_batch=dynamic_batch,
             cuda_graph=cuda_graph,
+            precompute=precompute,
         )
 
     @property
@@ -451,9 +479,9 @@ class PI05FeatureModel:
         if dynamic:
             _mark_batch_dynamic([pad_mask, *_cache_tensors(cache)])
         chunk = noise = inputs[-1]
-        for step in range(self.policy.config.num_inference_steps):
+        for step_time in self._euler_times:
             # A fill, not torch.tensor(): a host-to-device copy would wait for the device.
-            time = torch.full((noise.shape[0],), 1.0 + step * self._euler_dt, device=noise.device)
+            time = torch.full((noise.shape[0],), step_time, device=noise.device)
             if dynamic:
                 _mark_batch_dynamic([time])
             chunk = euler_step(pad_mask, cache, chunk, time)
@@ -501,6 +529,12 @@ class PI05FeatureModel:
         """The Euler loop's time step, `-1 / num_inference_steps` (from 1 at noise to 0)."""
         return -1.0 / self.policy.config.num_inference_steps
 
+    @property
+    def _euler_times(self) -> list[float]:
+        """The time of each Euler step, from 1 (noise) down to `-_euler_dt`."""
+        steps = range(self.policy.config.num_inference_steps)
+        return [1.0 + step * self._euler_dt for step in steps]
+
     def _run_fast(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`_bucket_outputs` on the batch padded to its bucket, cut back to the batch's rows."""
         count = inputs[0].shape[0]
@@ -518,7 +552,8 @@ class PI05FeatureModel:
 
     def _bucket_outputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The compiled `_prefix_pass_and_chunk`, then the fused RL token's `z_rl` if any."""
-        outputs = self._prefix_pass_and_chunk(*inputs, parts=self._compiled)
+        with precomputed_routes(self._precomputed):
+            outputs = self._prefix_pass_and_chunk(*inputs, parts=self._compiled)
         if self._rl_token_encoder is None:
             return outputs
         prefix_tokens, pad_mask, _ = outputs
@@ -582,6 +617,7 @@ class PI05FeatureModel:
             "bf16_vision": self.bf16_vision,
             "prompt_slots": self.prompt_slots,
             "dynamic_batch": self.dynamic_batch,
+            "precompute": self.precompute,
             "dtypes": sorted({dtype for _, _, dtype in layout}),
             "parameters": sum(int(np.prod(shape)) for _, shape, _ in layout),
             "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),

@@ -87,7 +87,12 @@ def write_toy_folders(root: Path) -> Path:
             output_features={"action": PolicyFeature(FeatureType.ACTION, (8,))},
         )
         torch.manual_seed(0)
-        modeling_pi05.PI05Policy(config).save_pretrained(root / "checkpoint")
+        policy = modeling_pi05.PI05Policy(config)
+        with torch.no_grad():  # LeRobot starts the adaRMS dense layers at zero: make them count
+            for name, parameter in policy.named_parameters():
+                if "layernorm.dense" in name or "norm.dense" in name:
+                    parameter.normal_(0.0, 0.05)
+        policy.save_pretrained(root / "checkpoint")
         # The stock factory names the hub tokenizer; hand it the local one instead.
         monkeypatch.setattr(
             processor_pi05,

@@ -27,6 +27,12 @@ from torch._inductor import config as inductor_config
 
 from rpent_agents.features.buckets import BATCH_BUCKETS, bucket_size
 from rpent_agents.features.pi05 import PI05FeatureModel
+from rpent_agents.features.precomputed import (
+    Bf16CopyLinear,
+    PrecomputedLinear,
+    TabulatedLinear,
+    precomputed_routes,
+)
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.remote import RemoteFeatureModel, stack_observations
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
@@ -113,6 +119,75 @@ def test_bf16_vision_changes_only_the_precision(pi05_model):
     bf16_policy.model.paligemma_with_expert.paligemma.model.language_model.to(torch.bfloat16)
     assert PI05FeatureModel(bf16_policy, pre, post, fast_path=True).bf16_vision is True
     assert PI05FeatureModel(policy, pre, post, fast_path=True).bf16_vision is False
+
+
+def poisoned_routes(policy: torch.nn.Module, kind: type) -> list[PrecomputedLinear]:
+    """The policy's `kind` layers, their stock weights and biases set to NaN."""
+    layers = [module for module in policy.modules() if isinstance(module, kind)]
+    with torch.no_grad():
+        for layer in layers:
+            layer.weight.fill_(float("nan"))
+            layer.bias.fill_(float("nan"))
+    return layers
+
+
+def test_modulation_tables_stand_in_for_the_adarms_dense_layers(pi05_model):
+    """A fast model tabulates the action expert's adaRMS dense layers at the Euler times: with
+    its routes on, the Euler loop no longer reads their weights (poisoned with NaN, the chunk
+    is still the stock one); off them, the stock layers run (the poison shows). The policy's
+    state dict keeps its keys."""
+    policy, pre, post = (
+        copy.deepcopy(pi05_model.policy),
+        pi05_model.preprocessor,
+        pi05_model.postprocessor,
+    )
+    keys = list(policy.state_dict())
+    assert PI05FeatureModel(policy, pre, post, fast_path=True).precompute is True
+    assert list(policy.state_dict()) == keys
+    tables = poisoned_routes(policy, TabulatedLinear)
+    assert len(tables) == 3  # one Gemma layer's two norms, and the final norm
+    eager_view = PI05FeatureModel(policy, pre, post)
+    obs, instructions = observations(2), [INSTRUCTION] * 2
+    chunks = []
+    for model, layers in ((pi05_model, []), (eager_view, tables), (eager_view, [])):
+        torch.manual_seed(5)
+        with precomputed_routes(layers):
+            chunks.append(model.featurize(obs, instructions).ref_chunk)
+    stock, tabulated, poisoned = chunks
+    torch.testing.assert_close(tabulated, stock, rtol=1e-5, atol=1e-6)
+    assert poisoned.isnan().all()
+
+
+def test_bf16_copies_of_the_vision_weights_are_what_autocast_computes(pi05_model):
+    """Under bf16 autocast (`bf16_vision`), the SigLIP tower's and projector's Linear layers
+    read their bf16 copies: with the fp32 weights poisoned, the prefix is the stock bf16-vision
+    one, bit for bit; the routes are not taken without autocast."""
+    policy, pre, post = (
+        copy.deepcopy(pi05_model.policy),
+        pi05_model.preprocessor,
+        pi05_model.postprocessor,
+    )
+    reference = PI05FeatureModel(pi05_model.policy, pre, post, bf16_vision=True)
+    fast = PI05FeatureModel(policy, pre, post, fast_path=True, bf16_vision=True)
+    assert fast.precompute is True
+    copies = poisoned_routes(policy, Bf16CopyLinear)
+    assert len(copies) == 7  # q, k, v, out, fc1, fc2 of one SigLIP layer, and the projector
+    obs, instructions = observations(2), [INSTRUCTION] * 2
+    prefixes = []
+    for model, bf16_vision in ((reference, True), (fast, True), (fast, False)):
+        eager_view = PI05FeatureModel(model.policy, pre, post, bf16_vision=bf16_vision)
+        torch.manual_seed(6)
+        with precomputed_routes(copies if model is fast else []):
+            prefixes.append(eager_view.featurize(obs, instructions).prefix_tokens)
+    stock, copied, without_autocast = prefixes
+    assert torch.equal(copied, stock)
+    images = (IMAGE_SIZE // PATCH) ** 2 * 2
+    assert without_autocast[:, :images].isnan().all()
+
+
+def test_precompute_is_refused_off_the_fast_path(pi05_model):
+    with pytest.raises(ValueError, match="precompute=True serves the fast path only"):
+        PI05FeatureModel(pi05_model.policy, None, None, fast_path=False, precompute=True)
 
 
 def test_prompt_slots_cut_only_padding(pi05_model):
