@@ -33,7 +33,8 @@ With `--prompt-slots N` the fast paths keep only the prompt's first N of its 200
 `--compile-mode reduce-overhead` has torch record its own CUDA graphs instead of RPent's one graph
 per bucket (`cuda_graph=False`; the RL token then runs eagerly after them), and
 `--no-precompute` recomputes the adaRMS modulations and the bf16 vision weights at every call
-(`PI05FeatureModel(precompute=False)`, the library before `features.precomputed`): A/B baselines.
+(`PI05FeatureModel(precompute=False)`), and `--no-grouped-attention` copies Gemma's key/value
+head to every query head as the stock attention does (`grouped_attention=False`): A/B baselines.
 
 Every JSON line printed also goes to `--jsonl PATH` (appended, each tagged with `--label`), the
 file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows carry the
@@ -264,6 +265,19 @@ def rlt_call(featurizer, resolution, batch_size):
     return lambda: featurizer.rlt_features(observations, [INSTRUCTION] * batch_size)
 
 
+def remote_call(remote, resolution, server_ms, batch_size):
+    """`rlt_call` on a `RemoteFeatureModel`, each call's server-side milliseconds appended
+    to `server_ms`."""
+    call = rlt_call(remote, resolution, batch_size)
+
+    def call_and_note():
+        features = call()
+        server_ms.append(remote.last_server_infer_ms)
+        return features
+
+    return call_and_note
+
+
 def pi05_featurizer(policy, device, fast_path, compile_cache_dir=None, **options):
     """`RLTFeaturizer` of a `PI05FeatureModel` (`options`: its other arguments) with the
     stand-in pre-processor and a random RL token."""
@@ -294,6 +308,7 @@ def fast_featurizer(policy, device, args):
         dynamic_batch=args.dynamic_batch,
         compile_mode=args.compile_mode,
         precompute=args.precompute,
+        grouped_attention=args.grouped_attention,
     )
 
 
@@ -329,6 +344,7 @@ def start_server(args):
     command += ["--server-warm-up", args.server_warm_up, "--compile-mode", args.compile_mode]
     command += ["--dynamic-batch" if args.dynamic_batch else "--no-dynamic-batch"]
     command += ["--precompute" if args.precompute else "--no-precompute"]
+    command += ["--grouped-attention" if args.grouped_attention else "--no-grouped-attention"]
     spawn_age_s = process_age_s()
     server, started = subprocess.Popen(command), time.monotonic()
     deadline = started + SERVER_START_S
@@ -355,16 +371,24 @@ def pi05_report(policy, resolution, device, args):
         "fast": lambda batch: policy_batch_call(fast, resolution, device, batch),
         "in-process": lambda batch: rlt_call(in_process, resolution, batch),
     }
-    server, spawn_age_s, rows = None, None, []
+    server, spawn_age_s, rows, server_ms = None, None, [], None
     try:
         for path in args.pi05_paths:
             if path == "remote":  # started after the in-process rows: it reads their compiles
                 server, remote, spawn_age_s = start_server(args)
-                makers["remote"] = functools.partial(rlt_call, remote, resolution)
+                server_ms = []
+                makers["remote"] = functools.partial(remote_call, remote, resolution, server_ms)
             name = f"pi0.5 (PI05Policy) {path}"
             warmups = fast.warmup if path in ("fast", "in-process") else None
             rows += report(
-                name, args.batch_sizes, makers[path], device, args.iterations, warmups, spawn_age_s
+                name,
+                args.batch_sizes,
+                makers[path],
+                device,
+                args.iterations,
+                warmups,
+                spawn_age_s,
+                server_ms if path == "remote" else None,
             )
     finally:
         if server is not None:
@@ -376,6 +400,7 @@ def pi05_report(policy, resolution, device, args):
             "compile_mode": fast.compile_mode,
             "cuda_graph": fast.cuda_graph,
             "precompute": fast.precompute,
+            "grouped_attention": fast.grouped_attention,
             "compile_cache": str(fast.compile_cache_dir),
             "warmup": {bucket: asdict(warmup) for bucket, warmup in fast.warmup.items()},
             "compile_times_s": dynamo_compile_times(),
@@ -393,9 +418,20 @@ def dynamo_compile_times(top=12):
     return {name: round(totals[name], 2) for name in ranked}
 
 
-def report(name, batch_sizes, make_call, device, iterations, warmups=None, spawn_age_s=None):
+def report(
+    name,
+    batch_sizes,
+    make_call,
+    device,
+    iterations,
+    warmups=None,
+    spawn_age_s=None,
+    server_ms=None,
+):
     """One row per batch size; `warmups`: the fast-path model's, for its bucket's warm-up;
-    `spawn_age_s`: this process's age when the server answering the calls was spawned."""
+    `spawn_age_s`: this process's age when the server answering the calls was spawned;
+    `server_ms`: the list the remote calls append the server's milliseconds to (a row gets
+    the mean of its timed calls', `server_infer_ms`)."""
     rows = []
     for batch_size in batch_sizes:
         known = set(warmups or ())
@@ -412,6 +448,8 @@ def report(name, batch_sizes, make_call, device, iterations, warmups=None, spawn
         )
         if spawn_age_s is not None:
             rows[-1]["since_server_spawn_s"] = round(age_s - spawn_age_s, 2)
+        if server_ms:
+            rows[-1]["server_infer_ms"] = round(float(np.mean(server_ms[-iterations:])), 2)
         for bucket in set(warmups or ()) - known:  # warmed up by this row's first call
             rows[-1] |= {"bucket": bucket, "source": warmups[bucket].source}
             first_compile_s = warmups[bucket].first_compile_s
@@ -456,6 +494,13 @@ def main():
         " (precompute; --no-precompute: the library before, the A/B)",
     )
     parser.add_argument(
+        "--grouped-attention",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pi0.5 fast paths: Gemma attention reads its key/value head in place"
+        " (grouped_attention; --no-grouped-attention: the stock copies, the A/B)",
+    )
+    parser.add_argument(
         "--server-warm-up",
         default="first",
         choices=["first", "all", "none"],  # features.server.WarmUp (tyro-free import here)
@@ -478,7 +523,7 @@ def main():
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     header.update(dtype=args.dtype, size=args.size, torch=torch.__version__)
     header.update(prompt_slots=args.prompt_slots, dynamic_batch=args.dynamic_batch)
-    header.update(precompute=args.precompute)
+    header.update(precompute=args.precompute, grouped_attention=args.grouped_attention)
     emit(header | {"started_s": process_age_s()})
     rows = []
     if "builtin" in args.models:

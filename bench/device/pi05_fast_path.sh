@@ -12,9 +12,9 @@
 #   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (bucket 4 compiled,
 #      recorded with the fused RL token, against eager) and test_graphed_cuda.py (the built-in
 #      model's CUDA graphs);
-#   3b. baseline: step 1's fast and in-process paths with --no-precompute (the adaRMS
-#      modulations and the bf16 vision weights recomputed at every call: the library before
-#      features.precomputed), the A/B of the same lease (two more compiles);
+#   3b. baseline: step 1's fast and in-process paths with --no-grouped-attention (Gemma's
+#      key/value head copied to every query head, as the stock attention does: the library
+#      before grouped_attention), the A/B of the same lease (two more compiles);
 #   4. dynamic_batch: bench/featurize.py's fast path at batch 8 then 64 with --dynamic-batch
 #      (one compile for both; bucket 64 "shared"), against step 1's static bucket 64;
 #   5. short_prompt: bench/featurize.py's fast and in-process paths keeping 64 of the 200
@@ -57,8 +57,8 @@ for step in ${STEPS:-first_start tests baseline second_start short_prompt dynami
         --jsonl "$job/${card}_second_start_profile.jsonl" ;;
     baseline)
       run_step baseline python3 bench/featurize.py "${common[@]}" --models pi05 \
-        --pi05-paths fast in-process --no-precompute \
-        --jsonl "$job/${card}_baseline.jsonl" --label "no-precompute baseline" ;;
+        --pi05-paths fast in-process --no-grouped-attention \
+        --jsonl "$job/${card}_baseline.jsonl" --label "no-grouped-attention baseline" ;;
     dynamic_batch)
       run_step dynamic_batch python3 bench/featurize.py "${common[@]}" --models pi05 \
         --pi05-paths fast --batch-sizes 8 "${batch_sizes[-1]}" --dynamic-batch \

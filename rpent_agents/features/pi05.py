@@ -53,10 +53,10 @@ from rpent_agents.features.compile_cache import (
 )
 from rpent_agents.features.cuda_graphs import CapturedGraph, capture
 from rpent_agents.features.precomputed import (
-    PrecomputedLinear,
+    fast_routes,
     install_bf16_vision_copies,
+    install_grouped_query_attention,
     install_modulation_tables,
-    precomputed_routes,
 )
 from rpent_agents.features.protocol import PrefixEncoder, PrefixFeatures
 
@@ -132,6 +132,7 @@ class PI05FeatureModel:
         bf16_vision: Whether the SigLIP tower and projector run under bf16 autocast.
         precompute: Whether fast calls read precomputed adaRMS modulations (and bf16 copies
             of the vision weights) instead of recomputing them (`features.precomputed`).
+        grouped_attention: Whether fast calls attend without copying the key/value heads.
         prompt_slots: Prompt token slots kept for the prefix pass (None: all of them).
         dynamic_batch: Whether the buckets above 1 share one compiled graph.
         warmup: Per batch bucket warmed up in this process, its `BucketWarmup` (seconds,
@@ -159,6 +160,7 @@ class PI05FeatureModel:
         dynamic_batch: bool = False,
         cuda_graph: bool | None = None,
         precompute: bool | None = None,
+        grouped_attention: bool | None = None,
     ) -> None:
         """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
 
@@ -196,13 +198,16 @@ class PI05FeatureModel:
                 loop's times and, with `bf16_vision`, bf16 copies of the SigLIP tower's
                 Linear weights (+0.8 GB for the full-size model). None: on the fast path.
                 The eager path and the policy's own calls are unchanged.
+            grouped_attention: Run the Gemma attention of the prefix pass and the action
+                expert with each key/value head read in place by its query heads, not copied
+                to each (`precomputed.grouped_query_attention`); None: on the fast path.
 
         Raises:
             ValueError: When `camera_keys` names a feature the policy lacks,
                 `batch_buckets` is empty or holds a size below 1, or `prompt_slots` is not
                 between 1 and the policy's `tokenizer_max_length`, or `cuda_graph` is asked
                 for off the fast path, off CUDA or with "reduce-overhead", or `precompute`
-                off the fast path.
+                or `grouped_attention` off the fast path.
         """
         self.policy = policy.eval()
         self.preprocessor = preprocessor
@@ -241,17 +246,21 @@ class PI05FeatureModel:
                 f"policy's tokenizer_max_length ({slots}), or None for all of them"
             )
         self.prompt_slots = prompt_slots
-        if precompute and not self.fast_path:
-            raise ValueError(
-                "precompute=True serves the fast path only (fast_path=False here): pass "
-                "precompute=None or False, or fast_path=True"
-            )
+        for name, value in (("precompute", precompute), ("grouped_attention", grouped_attention)):
+            if value and not self.fast_path:
+                raise ValueError(
+                    f"{name}=True serves the fast path only (fast_path=False here): pass "
+                    f"{name}=None or False, or fast_path=True"
+                )
         self.precompute = self.fast_path if precompute is None else precompute
-        self._precomputed: list[PrecomputedLinear] = []
+        self.grouped_attention = self.fast_path if grouped_attention is None else grouped_attention
+        self._fast_route_modules: list[torch.nn.Module] = []
         if self.precompute:
-            self._precomputed = install_modulation_tables(policy, self._euler_times)
+            self._fast_route_modules += install_modulation_tables(policy, self._euler_times)
             if self.bf16_vision:
-                self._precomputed += install_bf16_vision_copies(policy)
+                self._fast_route_modules += install_bf16_vision_copies(policy)
+        if self.grouped_attention:
+            self._fast_route_modules += install_grouped_query_attention(policy)
         self.dynamic_batch = dynamic_batch
         self.batch_buckets = checked_buckets(batch_buckets)
         self.compile_cache_dir = Path(compile_cache_dir or default_cache_root())
@@ -284,12 +293,13 @@ class PI05FeatureModel:
         dynamic_batch: bool = False,
         cuda_graph: bool | None = None,
         precompute: bool | None = None,
+        grouped_attention: bool | None = None,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
 
         `camera_keys`, `fast_path` (None: compiled on CUDA, eager elsewhere), `batch_buckets`,
-        `compile_cache_dir`, `bf16_vision`, `prompt_slots`, `dynamic_batch`, `cuda_graph` and
-        `precompute` as in the constructor.
+        `compile_cache_dir`, `bf16_vision`, `prompt_slots`, `dynamic_batch`, `cuda_graph`,
+        `precompute` and `grouped_attention` as in the constructor.
 
         Raises:
             FileNotFoundError: When a checkpoint or tokenizer file is missing.
@@ -340,6 +350,7 @@ class PI05FeatureModel:
             dynamic_batch=dynamic_batch,
             cuda_graph=cuda_graph,
             precompute=precompute,
+            grouped_attention=grouped_attention,
         )
 
     @property
@@ -552,7 +563,7 @@ class PI05FeatureModel:
 
     def _bucket_outputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The compiled `_prefix_pass_and_chunk`, then the fused RL token's `z_rl` if any."""
-        with precomputed_routes(self._precomputed):
+        with fast_routes(self._fast_route_modules):
             outputs = self._prefix_pass_and_chunk(*inputs, parts=self._compiled)
         if self._rl_token_encoder is None:
             return outputs
@@ -618,6 +629,7 @@ class PI05FeatureModel:
             "prompt_slots": self.prompt_slots,
             "dynamic_batch": self.dynamic_batch,
             "precompute": self.precompute,
+            "grouped_attention": self.grouped_attention,
             "dtypes": sorted({dtype for _, _, dtype in layout}),
             "parameters": sum(int(np.prod(shape)) for _, shape, _ in layout),
             "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),

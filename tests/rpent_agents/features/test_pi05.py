@@ -31,7 +31,7 @@ from rpent_agents.features.precomputed import (
     Bf16CopyLinear,
     PrecomputedLinear,
     TabulatedLinear,
-    precomputed_routes,
+    fast_routes,
 )
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.remote import RemoteFeatureModel, stack_observations
@@ -151,7 +151,7 @@ def test_modulation_tables_stand_in_for_the_adarms_dense_layers(pi05_model):
     chunks = []
     for model, layers in ((pi05_model, []), (eager_view, tables), (eager_view, [])):
         torch.manual_seed(5)
-        with precomputed_routes(layers):
+        with fast_routes(layers):
             chunks.append(model.featurize(obs, instructions).ref_chunk)
     stock, tabulated, poisoned = chunks
     torch.testing.assert_close(tabulated, stock, rtol=1e-5, atol=1e-6)
@@ -177,7 +177,7 @@ def test_bf16_copies_of_the_vision_weights_are_what_autocast_computes(pi05_model
     for model, bf16_vision in ((reference, True), (fast, True), (fast, False)):
         eager_view = PI05FeatureModel(model.policy, pre, post, bf16_vision=bf16_vision)
         torch.manual_seed(6)
-        with precomputed_routes(copies if model is fast else []):
+        with fast_routes(copies if model is fast else []):
             prefixes.append(eager_view.featurize(obs, instructions).prefix_tokens)
     stock, copied, without_autocast = prefixes
     assert torch.equal(copied, stock)
@@ -185,9 +185,44 @@ def test_bf16_copies_of_the_vision_weights_are_what_autocast_computes(pi05_model
     assert without_autocast[:, :images].isnan().all()
 
 
-def test_precompute_is_refused_off_the_fast_path(pi05_model):
-    with pytest.raises(ValueError, match="precompute=True serves the fast path only"):
-        PI05FeatureModel(pi05_model.policy, None, None, fast_path=False, precompute=True)
+def test_grouped_query_attention_reads_the_key_value_head_in_place(pi05_model, monkeypatch):
+    """On the fast route the Gemma attention of the prefix pass and the action expert never
+    copies its key/value head to the query heads (transformers' `repeat_kv`, made to raise
+    here) and gives the stock features; off the route the stock attention runs."""
+    from transformers.models.gemma import modeling_gemma
+
+    policy, pre, post = (
+        copy.deepcopy(pi05_model.policy),
+        pi05_model.preprocessor,
+        pi05_model.postprocessor,
+    )
+    keys = list(policy.state_dict())
+    fast = PI05FeatureModel(policy, pre, post, fast_path=True, precompute=False)
+    assert fast.grouped_attention is True and list(policy.state_dict()) == keys
+    attentions = [module for module in policy.modules() if hasattr(module, "num_key_value_groups")]
+    assert len(attentions) == 2  # the toy's one Gemma layer, in the prefix and in the expert
+    obs, instructions = observations(2), [INSTRUCTION] * 2
+    torch.manual_seed(8)
+    stock = pi05_model.featurize(obs, instructions)
+
+    def copies_heads(*args):
+        raise AssertionError("repeat_kv called")
+
+    monkeypatch.setattr(modeling_gemma, "repeat_kv", copies_heads)
+    eager_view = PI05FeatureModel(policy, pre, post)
+    torch.manual_seed(8)
+    with fast_routes(attentions):
+        grouped = eager_view.featurize(obs, instructions)
+    torch.testing.assert_close(grouped.prefix_tokens, stock.prefix_tokens, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grouped.ref_chunk, stock.ref_chunk, rtol=1e-5, atol=1e-6)
+    with pytest.raises(AssertionError, match="repeat_kv called"):
+        eager_view.featurize(obs, instructions)
+
+
+def test_fast_routes_are_refused_off_the_fast_path(pi05_model):
+    for option in ("precompute", "grouped_attention"):
+        with pytest.raises(ValueError, match=f"{option}=True serves the fast path only"):
+            PI05FeatureModel(pi05_model.policy, None, None, fast_path=False, **{option: True})
 
 
 def test_prompt_slots_cut_only_padding(pi05_model):
