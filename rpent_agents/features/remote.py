@@ -105,6 +105,9 @@ class RemoteFeatureModel:
         self.chunk_len = self.metadata.get("chunk_len")
         self.action_dim = self.metadata.get("action_dim")
         self.device = torch.device("cpu")
+        # the server's own milliseconds for the last request (its model thread's call): the
+        # rest of a call's time is the round trip (serialisation, the socket, the queue)
+        self.last_server_infer_ms: float | None = None
 
     def _request(self, observations, instructions, want: str) -> dict:
         if not self.is_feature_server:
@@ -118,6 +121,7 @@ class RemoteFeatureModel:
             "want": want,
         }
         reply = self._client.infer(request)
+        self.last_server_infer_ms = reply.get("server_timing", {}).get("infer_ms")
         if ERROR_KEY in reply:
             raise FeatureServerError(f"{self.address} refused the request: {reply[ERROR_KEY]}")
         return reply

@@ -98,6 +98,7 @@ def test_remote_features_equal_local_ones(feature_server, checkpoint):
     obs = observations(3)
     local = load_featurizer(checkpoint)
     remote = feature_server.rlt_features(obs, [INSTRUCTION] * 3)
+    assert feature_server.last_server_infer_ms > 0  # the server's share of the call
     expected = local.rlt_features(obs, [INSTRUCTION] * 3)
     np.testing.assert_allclose(remote.z_rl, expected.z_rl, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(remote.ref_chunk, expected.ref_chunk, rtol=1e-5, atol=1e-6)
