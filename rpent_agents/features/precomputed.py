@@ -104,10 +104,17 @@ class TabulatedLinear(PrecomputedLinear):
     """
 
     @classmethod
-    def tabulating(cls, linear: nn.Linear, inputs: torch.Tensor) -> TabulatedLinear:
-        """`linear` with its outputs for the rows of `inputs` (S, in_features)."""
+    def tabulating(
+        cls, linear: nn.Linear, inputs: torch.Tensor, keys: torch.Tensor
+    ) -> TabulatedLinear:
+        """`linear` with its outputs for the rows of `inputs` (S, in_features).
+
+        `keys` is `inputs` in fp32, what the lookup compares with. Layers given one `keys`
+        tensor hold that same tensor, so the compiled code finds each input's row once for
+        all of them (one `argmin` per Euler step, not one per layer).
+        """
         module = cls.sharing(linear)
-        module.register_buffer("table_inputs", inputs.detach().float(), persistent=False)
+        module.register_buffer("table_inputs", keys, persistent=False)
         module.register_buffer("table_outputs", linear(inputs).detach(), persistent=False)
         return module
 
@@ -154,6 +161,7 @@ def install_modulation_tables(policy: nn.Module, times: Sequence[float]) -> int:
     actions = torch.zeros(len(times), config.chunk_size, config.max_action_dim, device=device)
     with torch.no_grad():
         *_, conditioning = model.embed_suffix(actions, time)
+    keys = conditioning.float()
     norms = [
         module
         for module in model.paligemma_with_expert.gemma_expert.modules()
@@ -162,7 +170,7 @@ def install_modulation_tables(policy: nn.Module, times: Sequence[float]) -> int:
     with torch.no_grad():
         for norm in norms:
             if not isinstance(norm.dense, TabulatedLinear):
-                norm.dense = TabulatedLinear.tabulating(norm.dense, conditioning)
+                norm.dense = TabulatedLinear.tabulating(norm.dense, conditioning, keys)
     return [norm.dense for norm in norms]
 
 
