@@ -110,8 +110,8 @@ class TabulatedLinear(PrecomputedLinear):
         """`linear` with its outputs for the rows of `inputs` (S, in_features).
 
         `keys` is `inputs` in fp32, what the lookup compares with. Layers given one `keys`
-        tensor hold that same tensor, so the compiled code finds each input's row once for
-        all of them (one `argmin` per Euler step, not one per layer).
+        tensor hold that same tensor, so inductor finds all their rows in one fused kernel
+        per Euler step (on the CPU toy: one kernel, not one per layer).
         """
         module = cls.sharing(linear)
         module.register_buffer("table_inputs", keys, persistent=False)
