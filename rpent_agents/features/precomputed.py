@@ -125,6 +125,7 @@ class TabulatedLinear(PrecomputedLinear):
         return rows.reshape(*inputs.shape[:-1], self.out_features)
 
 
+@torch.no_grad()
 def install_bf16_vision_copies(policy: nn.Module) -> list[PrecomputedLinear]:
     """Give every Linear of pi0.5's SigLIP tower and projector a bf16 copy (`Bf16CopyLinear`).
 
@@ -133,9 +134,8 @@ def install_bf16_vision_copies(policy: nn.Module) -> list[PrecomputedLinear]:
     """
     paligemma = policy.model.paligemma_with_expert.paligemma.model
     owners = (paligemma.vision_tower, paligemma.multi_modal_projector)
-    with torch.no_grad():
-        for owner in owners:
-            _replace_linears(owner, Bf16CopyLinear.copying)
+    for owner in owners:
+        _replace_linears(owner, Bf16CopyLinear.copying)
     return [
         module
         for owner in owners
@@ -144,7 +144,8 @@ def install_bf16_vision_copies(policy: nn.Module) -> list[PrecomputedLinear]:
     ]
 
 
-def install_modulation_tables(policy: nn.Module, times: Sequence[float]) -> int:
+@torch.no_grad()
+def install_modulation_tables(policy: nn.Module, times: Sequence[float]) -> list[PrecomputedLinear]:
     """Tabulate the action expert's adaRMS dense layers at the Euler loop's `times`.
 
     The time conditioning is the policy's own (`embed_suffix` on the times); every adaptive
@@ -159,18 +160,16 @@ def install_modulation_tables(policy: nn.Module, times: Sequence[float]) -> int:
     device = next(model.parameters()).device
     time = torch.tensor(list(times), dtype=torch.float32, device=device)
     actions = torch.zeros(len(times), config.chunk_size, config.max_action_dim, device=device)
-    with torch.no_grad():
-        *_, conditioning = model.embed_suffix(actions, time)
+    *_, conditioning = model.embed_suffix(actions, time)
     keys = conditioning.float()
     norms = [
         module
         for module in model.paligemma_with_expert.gemma_expert.modules()
         if isinstance(getattr(module, "dense", None), nn.Linear)
     ]
-    with torch.no_grad():
-        for norm in norms:
-            if not isinstance(norm.dense, TabulatedLinear):
-                norm.dense = TabulatedLinear.tabulating(norm.dense, conditioning, keys)
+    for norm in norms:
+        if not isinstance(norm.dense, TabulatedLinear):
+            norm.dense = TabulatedLinear.tabulating(norm.dense, conditioning, keys)
     return [norm.dense for norm in norms]
 
 
