@@ -41,7 +41,10 @@ file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows c
 bucket's warm-up (`source`: "compiled" or "cache", `first_compile_s`) and `since_start_s`, the
 seconds from this process's start to the end of the row's first call; the compile cache lives
 in `--compile-cache-dir` (default: the library's, `~/.cache/rpent/compile`), so a second run of
-this script is the "second start" (and its `remote` path a feature-server restart).
+this script is the "second start" (and its `remote` path a feature-server restart). Every row
+also carries `host_busy_cores`, the machine's CPU cores busy during its timed calls (all
+processes: a feature server's compile workers too), and remote rows the server's milliseconds
+of each timed call (`server_infer_ms_calls`).
 
 The pi0.5 pre-processor here is a stand-in (images to the device, fixed random prompt tokens
 filling a quarter of the 200 slots): the stock one needs the PaliGemma tokenizer.
@@ -110,14 +113,25 @@ def synchronized(call, device):
     return time.perf_counter() - start
 
 
+def host_cpu_ticks():
+    """(busy, all) CPU ticks of the whole machine since it booted (Linux: /proc/stat)."""
+    ticks = [int(tick) for tick in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
 def timed(call, device, iterations):
     """(first call's seconds, the process's age after it, mean seconds of `iterations` calls
-    after a second warm-up call)."""
+    after a second warm-up call, the machine's busy cores during those calls: every process's,
+    a server's and its compile workers' included)."""
     first = synchronized(call, device)  # warm-up (kernels, allocator; compile and capture)
     age_s = process_age_s()
     call()
+    busy_before, all_before = host_cpu_ticks()
     mean_s = synchronized(lambda: [call() for _ in range(iterations)], device) / iterations
-    return first, age_s, mean_s
+    busy_after, all_after = host_cpu_ticks()
+    busy_share = (busy_after - busy_before) / max(all_after - all_before, 1)
+    return first, age_s, mean_s, round(busy_share * os.cpu_count(), 2)
 
 
 def autocast(device, dtype):
@@ -435,7 +449,7 @@ def report(
     rows = []
     for batch_size in batch_sizes:
         known = set(warmups or ())
-        first, age_s, seconds = timed(make_call(batch_size), device, iterations)
+        first, age_s, seconds, busy_cores = timed(make_call(batch_size), device, iterations)
         rows.append(
             {
                 "model": name,
@@ -444,12 +458,14 @@ def report(
                 "obs_per_s": round(batch_size / seconds, 1),
                 "first_call_s": round(first, 2),
                 "since_start_s": age_s,
+                "host_busy_cores": busy_cores,
             }
         )
         if spawn_age_s is not None:
             rows[-1]["since_server_spawn_s"] = round(age_s - spawn_age_s, 2)
-        if server_ms:
+        if server_ms:  # the timed calls' (a trend tells a start-up transient from a steady cost)
             rows[-1]["server_infer_ms"] = round(float(np.mean(server_ms[-iterations:])), 2)
+            rows[-1]["server_infer_ms_calls"] = [round(ms, 1) for ms in server_ms[-iterations:]]
         for bucket in set(warmups or ()) - known:  # warmed up by this row's first call
             rows[-1] |= {"bucket": bucket, "source": warmups[bucket].source}
             first_compile_s = warmups[bucket].first_compile_s

@@ -12,6 +12,10 @@
 #   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (bucket 4 compiled,
 #      recorded with the fused RL token, against eager) and test_graphed_cuda.py (the built-in
 #      model's CUDA graphs);
+#   2b. remote_repeat: bench/featurize.py's remote path alone, a second feature-server restart
+#      from the cache, its batch 1 timed three times in a row (100 calls each: the rows' per-call
+#      server milliseconds and the machine's busy cores tell a start-up transient from a
+#      steady cost), then batch 64;
 #   3b. baseline: step 1's fast and in-process paths with --no-grouped-attention (Gemma's
 #      key/value head copied to every query head, as the stock attention does: the library
 #      before grouped_attention), the A/B of the same lease (two more compiles);
@@ -46,7 +50,7 @@ run_step() {  # name, command...: its log and exit status under $job
   "$@" > "$job/$name.log" 2>&1
   echo "== $name rc=$? end $(date +%T)" | tee -a "$job/steps.txt"
 }
-for step in ${STEPS:-first_start tests baseline second_start short_prompt dynamic_batch}; do
+for step in ${STEPS:-first_start remote_repeat tests baseline second_start short_prompt dynamic_batch}; do
   case $step in
     first_start)
       run_step first_start python3 bench/featurize.py "${common[@]}" --models pi05 \
@@ -55,6 +59,10 @@ for step in ${STEPS:-first_start tests baseline second_start short_prompt dynami
     second_start)
       run_step second_start python3 bench/pi05_profile.py "${common[@]}" \
         --jsonl "$job/${card}_second_start_profile.jsonl" ;;
+    remote_repeat)
+      run_step remote_repeat python3 bench/featurize.py "${common[@]}" --models pi05 \
+        --pi05-paths remote --batch-sizes 1 1 1 "${batch_sizes[-1]}" --iterations 100 \
+        --jsonl "$job/${card}_remote_repeat.jsonl" --label "server restart, batch 1 three times" ;;
     baseline)
       run_step baseline python3 bench/featurize.py "${common[@]}" --models pi05 \
         --pi05-paths fast in-process --no-grouped-attention \
