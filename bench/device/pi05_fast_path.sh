@@ -11,7 +11,8 @@
 #      calls per batch (kernels by device time, classes, device idle gaps, launch calls);
 #   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (bucket 4 compiled,
 #      recorded with the fused RL token, against eager) and test_graphed_cuda.py (the built-in
-#      model's CUDA graphs);
+#      model's CUDA graphs) and test_compile_cache_cuda.py (a start from the cache starts no
+#      compile workers);
 #   2b. remote_repeat: bench/featurize.py's remote path alone, a second feature-server restart
 #      from the cache, its batch 1 timed three times in a row (100 calls each: the rows' per-call
 #      server milliseconds and the machine's busy cores tell a start-up transient from a
@@ -78,7 +79,8 @@ for step in ${STEPS:-first_start remote_repeat tests baseline second_start short
     tests)
       [ "${RUN_TESTS:-0}" = 1 ] && run_step tests python3 -m pytest -q -rs -p no:cacheprovider \
         tests/rpent_agents/features/test_pi05_cuda.py \
-        tests/rpent_agents/features/test_graphed_cuda.py ;;
+        tests/rpent_agents/features/test_graphed_cuda.py \
+        tests/rpent_agents/features/test_compile_cache_cuda.py ;;
   esac
 done
 du -sh "$RPENT_COMPILE_CACHE_DIR" > "$job/compile_cache_size.txt" 2>&1

@@ -5,7 +5,11 @@ compile runs with torch's own caches (inductor's FX graph cache, the AOTAutograd
 kernel cache) pointed into a folder RPent owns, and the bucket's artifacts are also saved as one
 "mega-cache" file (`torch.compiler.save_cache_artifacts`). The next process with the same model
 on the same machine finds them: dynamo traces the function again, but nothing is lowered or
-built, and the warm-up reports `source="cache"`.
+built, and the warm-up reports `source="cache"`. A warm-up whose mega-cache is there loads its
+kernels in this process, without inductor's compile workers: torch would start one process per
+core for them, whose start-up slowed the first seconds of calls after a restart (a feature
+server's batch-1 calls: bench/RESULTS.md, issue 28); a cache that turns out not to serve the
+bucket then compiles it in this process only, slower.
 
 Layout, one folder per model key (a hash of the facts that shape the compiled code: model
 architecture and config, dtypes, device kind, torch version, compile mode)::
@@ -203,7 +207,12 @@ class CompileCache:
         from torch.compiler._cache import CacheArtifactManager
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        with _torch_caches_in(self._inductor_folder), CacheArtifactManager.with_fresh_cache():
+        from_cache = self._artifacts_path(graphs).is_file()
+        with (
+            _torch_caches_in(self._inductor_folder),
+            CacheArtifactManager.with_fresh_cache(),
+            _no_compile_workers() if from_cache else contextlib.nullcontext(),
+        ):
             self._load_artifacts(graphs)
             before = _cache_counts()
             start = time.perf_counter()
@@ -259,6 +268,19 @@ def _cache_counts() -> tuple[int, int]:
     hits = sum(counters[group][name] for group, name in CACHE_HIT_COUNTERS)
     misses = sum(counters[group][name] for group, name in CACHE_MISS_COUNTERS)
     return hits, misses
+
+
+def _no_compile_workers() -> contextlib.AbstractContextManager:
+    """Inductor builds in this process: it starts no compile-worker processes.
+
+    A process's first Triton kernel makes inductor start its pool of compile workers, one
+    process per core (`compile_threads`), even when every kernel comes from the cache; their
+    start-up then competes for the CPU with the model's first calls, and batch-1 calls are
+    bound by launching kernels from the CPU.
+    """
+    from torch._inductor import config as inductor_config
+
+    return inductor_config.patch(compile_threads=1)
 
 
 @contextlib.contextmanager
