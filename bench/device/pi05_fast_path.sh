@@ -16,7 +16,7 @@
 #   2b. remote_repeat: bench/featurize.py's remote path alone, a second feature-server restart
 #      from the cache, its batch 1 timed three times in a row (100 calls each: the rows' per-call
 #      server milliseconds and the machine's busy cores tell a start-up transient from a
-#      steady cost), then batch 64;
+#      steady cost);
 #   3b. baseline: step 1's fast and in-process paths with --no-grouped-attention (Gemma's
 #      key/value head copied to every query head, as the stock attention does: the library
 #      before grouped_attention), the A/B of the same lease (two more compiles);
@@ -62,7 +62,7 @@ for step in ${STEPS:-first_start remote_repeat tests baseline second_start short
         --jsonl "$job/${card}_second_start_profile.jsonl" ;;
     remote_repeat)
       run_step remote_repeat python3 bench/featurize.py "${common[@]}" --models pi05 \
-        --pi05-paths remote --batch-sizes 1 1 1 "${batch_sizes[-1]}" --iterations 100 \
+        --pi05-paths remote --batch-sizes 1 1 1 --iterations 100 \
         --jsonl "$job/${card}_remote_repeat.jsonl" --label "server restart, batch 1 three times" ;;
     baseline)
       run_step baseline python3 bench/featurize.py "${common[@]}" --models pi05 \
