@@ -9,14 +9,14 @@
 #   2. second_start: bench/pi05_profile.py, a new process: each bucket's warm-up from the cache
 #      (first-call seconds and the process's age, goal <= 60 s), then torch.profiler over 3 warm
 #      calls per batch (kernels by device time, classes, device idle gaps, launch calls);
-#   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (bucket 4 compiled,
-#      recorded with the fused RL token, against eager) and test_graphed_cuda.py (the built-in
-#      model's CUDA graphs) and test_compile_cache_cuda.py (a start from the cache starts no
-#      compile workers);
 #   2b. remote_repeat: bench/featurize.py's remote path alone, a second feature-server restart
 #      from the cache, its batch 1 timed three times in a row (100 calls each: the rows' per-call
 #      server milliseconds and the machine's busy cores tell a start-up transient from a
 #      steady cost);
+#   3. with RUN_TESTS=1: tests/rpent_agents/features/test_pi05_cuda.py (bucket 4 compiled,
+#      recorded with the fused RL token, against eager) and test_graphed_cuda.py (the built-in
+#      model's CUDA graphs) and test_compile_cache_cuda.py (a start from the cache starts no
+#      compile workers);
 #   3b. baseline: step 1's fast and in-process paths with --no-grouped-attention (Gemma's
 #      key/value head copied to every query head, as the stock attention does: the library
 #      before grouped_attention), the A/B of the same lease (two more compiles);
