@@ -495,7 +495,7 @@ def main():
         args.jsonl.parent.mkdir(parents=True, exist_ok=True)
         JSONL.update(path=args.jsonl, label=args.label)
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("rpent_agents.features.pi05").setLevel(logging.INFO)
+    logging.getLogger("rpent_agents.features.pi05_fast_path").setLevel(logging.INFO)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.serve:

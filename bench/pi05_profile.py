@@ -199,7 +199,7 @@ class ProfileArgs(ModelArgs):
 def main():
     args = tyro.cli(ProfileArgs)
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("rpent_agents.features.pi05").setLevel(logging.INFO)
+    logging.getLogger("rpent_agents.features.pi05_fast_path").setLevel(logging.INFO)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     policy, resolution = pi05_policy(args.size, device, dtype)

@@ -10,76 +10,34 @@ The checkpoint folder is what `lerobot-train` writes for pi0.5 (`config.json`,
 normaliser states). The stock pre-processor names the PaliGemma tokenizer on the hub; here the
 tokenizer always comes from a local folder (`tokenizer_dir`), so nothing is downloaded.
 
-Its speed options are one `PI05Options` (`features.pi05_options`). The fast path (on by default
-on CUDA) runs the same prefix pass and Euler loop through
-`torch.compile`: the batch is padded to a fixed bucket size (its first row repeated); each
-bucket compiles once, or, with `dynamic_batch`, every bucket above 1 shares one compile with a
-symbolic batch dimension. The prefix pass and one Euler step compile apart (`CompiledParts`),
-so the step is traced and lowered once, not once per step. On CUDA each bucket's whole call
-(the prefix pass, the ten Euler steps and, when an `RLTFeaturizer` fused its RL token into the
-model, `fuse_rl_token`, the RL token over the prefix) is then recorded as one CUDA graph on
-static input buffers (`cuda_graph`) and replayed in one launch: torch's "reduce-overhead" mode
-recorded eleven graphs, checked their inputs in Python at each replay and left the device
-idle 3.9 of 30 ms at batch 1, and the RL token after them ran eagerly. On the fast path
-of a bf16 policy the SigLIP tower and its projector, which LeRobot keeps in fp32, run under bf16
-autocast, as openpi runs them (`bf16_vision`): in fp32 they took 41% of a batch-64 call on the
-H200. The first call of each bucket pays the compile and capture; the compile is kept in RPent's
-compile cache (`features.compile_cache`: `~/.cache/rpent/compile` by default), so the next
-process on the same machine loads it instead. `warmup` tells, per bucket, the seconds, whether
-they compiled, came from the cache or were shared with a bucket warmed up before, and the
-first-ever compile's seconds.
-With `compile_mode="reduce-overhead"` (and `cuda_graph=False`) torch records the graphs
-itself; with torch 2.11 those replay only in the thread that compiled them
-(pytorch/pytorch#123177). The graphs of `cuda_graph` replay from any thread, one call at a time.
+The fast path (on by default on CUDA) runs the same prefix pass and Euler loop compiled, per
+batch bucket, each bucket's whole call one CUDA graph on CUDA (`features.pi05_fast_path`); its
+speed options are one `PI05Options` (`features.pi05_options`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
 from rpent_agents.features.buckets import bucket_size
-from rpent_agents.features.compile_cache import BucketWarmup, CompileCache, device_kind
-from rpent_agents.features.cuda_graphs import CapturedGraph, capture
-from rpent_agents.features.pi05_options import PI05Options
-from rpent_agents.features.precomputed import (
-    fast_routes,
-    install_bf16_vision_copies,
-    install_grouped_query_attention,
-    install_modulation_tables,
+from rpent_agents.features.compile_cache import BucketWarmup
+from rpent_agents.features.pi05_fast_path import (
+    CompiledParts,
+    PI05FastPath,
+    cache_tensors,
+    mark_batch_dynamic,
 )
+from rpent_agents.features.pi05_options import PI05Options
 from rpent_agents.features.protocol import PrefixEncoder, PrefixFeatures
 
-logger = logging.getLogger(__name__)
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
 RAW_CAMERA_KEYS = ("image", "wrist_image")
-# The PI05Config fields that shape the compiled graph (with the weights' names, shapes, dtypes)
-COMPILED_CONFIG_FIELDS = (
-    "chunk_size",
-    "max_action_dim",
-    "max_state_dim",
-    "num_inference_steps",
-    "tokenizer_max_length",
-    "image_resolution",
-    "input_features",
-    "output_features",
-    "empty_cameras",
-    "min_period",
-    "max_period",
-)
-# Without `cuda_graph`, a bucket's first call compiles (and, in "reduce-overhead", runs the
-# CUDA-graph warm-up), its second records torch's graphs; later calls replay them.
-WARMUP_CALLS = 2
-# The compile cache's name of the graphs every bucket above 1 shares (`dynamic_batch`)
-DYNAMIC_BATCH_GRAPHS = "dynamic-batch"
 
 
 def _require_lerobot_pi() -> None:
@@ -92,30 +50,6 @@ def _require_lerobot_pi() -> None:
         ) from error
 
 
-class CompiledParts(NamedTuple):
-    """The fast path's two compiled functions: the prefix pass and one Euler step.
-
-    Compiled apart, the Euler step is traced and lowered once and run `num_inference_steps`
-    times, instead of ten unrolled copies in one graph: a third of the compile on the CPU.
-    """
-
-    prefix_pass: Callable[..., tuple[Any, ...]]
-    euler_step: Callable[..., torch.Tensor]
-
-
-class CapturedBucket(NamedTuple):
-    """One bucket's whole fast call as a CUDA graph (`cuda_graph`).
-
-    Attributes:
-        inputs: The static inputs the graph reads (the padded batch), filled before a replay.
-        captured: The graph; its outputs are the prefix tokens, pad mask, chunk and, with a
-            fused RL token, `z_rl`.
-    """
-
-    inputs: tuple[torch.Tensor, ...]
-    captured: CapturedGraph[tuple[torch.Tensor, ...]]
-
-
 class PI05FeatureModel:
     """pi0.5 (LeRobot `PI05Policy`) seen as a `FeatureModel`.
 
@@ -126,8 +60,6 @@ class PI05FeatureModel:
     Attributes:
         options: How it runs (fast path, CUDA graph, buckets, ...), every None of the given
             `PI05Options` decided for this policy (`PI05Options.resolved`).
-        warmup: Per batch bucket warmed up in this process, its `BucketWarmup` (seconds,
-            "compiled", "cache" or "shared", the first-ever compile's seconds).
 
     Example:
         >>> model = PI05FeatureModel.from_checkpoint("ckpt/pi05_peg", "tokenizers/paligemma")
@@ -174,28 +106,14 @@ class PI05FeatureModel:
         self.options = (options or PI05Options()).resolved(
             self.device, bf16_policy, policy.config.tokenizer_max_length
         )
-        self._graphs: dict[int, CapturedBucket] = {}
-        self._graph_pool = torch.cuda.graph_pool_handle() if self.options.cuda_graph else None
         self._rl_token_encoder: PrefixEncoder | None = None
-        self._fast_route_modules: list[torch.nn.Module] = []
-        if self.options.precompute:
-            self._fast_route_modules += install_modulation_tables(policy, self._euler_times)
-            if self.options.bf16_vision:
-                self._fast_route_modules += install_bf16_vision_copies(policy)
-        if self.options.grouped_attention:
-            self._fast_route_modules += install_grouped_query_attention(policy)
-        self.warmup: dict[int, BucketWarmup] = {}
-        # None: static shapes but for the dims marked dynamic (`_mark_batch_dynamic`)
-        dynamic = None if self.options.dynamic_batch else False
-        mode = self.options.compile_mode
-        self._compiled = (
-            CompiledParts(
-                prefix_pass=torch.compile(self._prefix_pass, mode=mode, dynamic=dynamic),
-                euler_step=torch.compile(self._euler_step, mode=mode, dynamic=dynamic),
+        self._compiled: CompiledParts | None = None
+        self._fast: PI05FastPath | None = None
+        if self.options.fast_path:
+            self._compiled = CompiledParts.compiled(
+                self._prefix_pass, self._euler_step, self.options
             )
-            if self.options.fast_path
-            else None
-        )
+            self._fast = PI05FastPath(policy, self.options, self._bucket_outputs, self._euler_times)
 
     @classmethod
     def from_checkpoint(
@@ -254,6 +172,15 @@ class PI05FeatureModel:
         return next(self.policy.parameters()).device
 
     @property
+    def warmup(self) -> dict[int, BucketWarmup]:
+        """Per batch bucket warmed up in this process, its `BucketWarmup`.
+
+        Its seconds, their source ("compiled", "cache" or "shared") and the first-ever
+        compile's seconds; empty off the fast path.
+        """
+        return {} if self._fast is None else self._fast.warmup
+
+    @property
     def warmup_s(self) -> dict[int, float]:
         """Seconds of each bucket's warm-up in this process (compile or cache load, capture)."""
         return {bucket: warmup.seconds for bucket, warmup in self.warmup.items()}
@@ -267,7 +194,8 @@ class PI05FeatureModel:
         and the featurizer encodes the prefix itself.
         """
         self._rl_token_encoder = encode
-        self._graphs.clear()
+        if self._fast is not None:
+            self._fast.forget_graphs()
 
     def warm_up(self, batch_sizes: Sequence[int] | None = None) -> dict[int, BucketWarmup]:
         """Compile (or load from the cache) the buckets of `batch_sizes` now, on blank inputs.
@@ -280,8 +208,9 @@ class PI05FeatureModel:
         """
         if not self.options.fast_path:
             return self.warmup
-        for size in batch_sizes or self.options.batch_buckets:
-            if bucket_size(size, self.options.batch_buckets) not in self.warmup:
+        buckets = self.options.batch_buckets
+        for size in batch_sizes or buckets:
+            if bucket_size(size, buckets) not in self.warmup:
                 self.featurize([self._blank_observation()] * size, [""] * size)
         return self.warmup
 
@@ -333,7 +262,7 @@ class PI05FeatureModel:
             (tokens.shape[0], config.chunk_size, config.max_action_dim), self.device
         )
         inputs = (*images, *image_masks, tokens, token_mask, noise)
-        run = self._run_fast if self.options.fast_path else self._prefix_pass_and_chunk
+        run = self._prefix_pass_and_chunk if self._fast is None else self._fast
         prefix_tokens, pad_mask, chunk, *fused_z_rl = run(*inputs)
         ref_chunk = self.postprocessor(chunk[:, :, : self.action_dim])
         return PrefixFeatures(
@@ -381,16 +310,16 @@ class PI05FeatureModel:
         # the buckets above 1 share the dynamic-batch graphs (`dynamic_batch`)
         dynamic = parts is not None and self.options.dynamic_batch and inputs[0].shape[0] > 1
         if dynamic:
-            _mark_batch_dynamic(inputs)
+            mark_batch_dynamic(inputs)
         prefix_tokens, pad_mask, cache = prefix_pass(*inputs[:-1])
         if dynamic:
-            _mark_batch_dynamic([pad_mask, *_cache_tensors(cache)])
+            mark_batch_dynamic([pad_mask, *cache_tensors(cache)])
         chunk = noise = inputs[-1]
         for step_time in self._euler_times:
             # A fill, not torch.tensor(): a host-to-device copy would wait for the device.
             time = torch.full((noise.shape[0],), step_time, device=noise.device)
             if dynamic:
-                _mark_batch_dynamic([time])
+                mark_batch_dynamic([time])
             chunk = euler_step(pad_mask, cache, chunk, time)
         return prefix_tokens, pad_mask, chunk
 
@@ -442,117 +371,14 @@ class PI05FeatureModel:
         steps = range(self.policy.config.num_inference_steps)
         return [1.0 + step * self._euler_dt for step in steps]
 
-    def _run_fast(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """`_bucket_outputs` on the batch padded to its bucket, cut back to the batch's rows."""
-        count = inputs[0].shape[0]
-        bucket = bucket_size(count, self.options.batch_buckets)
-        padded = [_pad_rows(tensor, bucket) for tensor in inputs]
-        if bucket not in self.warmup:
-            self._warm_up(bucket, padded)
-        if self.options.cuda_graph:
-            outputs = self._replayed(bucket, padded)
-        else:
-            torch.compiler.cudagraph_mark_step_begin()
-            outputs = self._bucket_outputs(*padded)
-        # Cloned: the next replay of the CUDA graphs overwrites their output buffers.
-        return tuple(output[:count].clone() for output in outputs)
-
     def _bucket_outputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The compiled `_prefix_pass_and_chunk`, then the fused RL token's `z_rl` if any."""
-        with fast_routes(self._fast_route_modules):
-            outputs = self._prefix_pass_and_chunk(*inputs, parts=self._compiled)
+        outputs = self._prefix_pass_and_chunk(*inputs, parts=self._compiled)
         if self._rl_token_encoder is None:
             return outputs
         prefix_tokens, pad_mask, _ = outputs
         image_token_count = prefix_tokens.shape[1] - inputs[-3].shape[1]  # -3: prompt tokens
         return (*outputs, self._rl_token_encoder(prefix_tokens, pad_mask, image_token_count))
-
-    def _replayed(self, bucket: int, padded: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """The bucket's CUDA graph replayed on `padded`."""
-        recorded = self._captured_bucket(bucket, padded)
-        for buffer, values in zip(recorded.inputs, padded, strict=True):
-            buffer.copy_(values)
-        return recorded.captured.replay()
-
-    def _captured_bucket(self, bucket: int, padded: Sequence[torch.Tensor]) -> CapturedBucket:
-        """The bucket's whole call recorded on static copies of `padded` at its first call.
-
-        The graphs of every bucket share one memory pool: they never replay at once, and
-        each call clones what it returns.
-        """
-        if bucket not in self._graphs:
-            inputs = tuple(values.clone() for values in padded)
-            captured = capture(lambda: self._bucket_outputs(*inputs), self.device, self._graph_pool)
-            self._graphs[bucket] = CapturedBucket(inputs, captured)
-        return self._graphs[bucket]
-
-    def _warm_up(self, bucket: int, padded: Sequence[torch.Tensor]) -> None:
-        def first_calls() -> None:
-            if self.options.cuda_graph:  # the capture's warm-up run compiles
-                self._captured_bucket(bucket, padded)
-            else:
-                for _ in range(WARMUP_CALLS):
-                    torch.compiler.cudagraph_mark_step_begin()
-                    self._bucket_outputs(*padded)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()
-
-        cache = CompileCache(self.options.compile_cache_dir, self._compile_facts())
-        graphs = DYNAMIC_BATCH_GRAPHS if self.options.dynamic_batch and bucket > 1 else None
-        warmup = self.warmup[bucket] = cache.warm_up(bucket, first_calls, graphs)
-        logger.info(
-            "pi0.5 fast path: batch bucket %d ready in %.1f s (%s, %s%s; first compile %s s; %s)",
-            bucket,
-            warmup.seconds,
-            warmup.source,
-            self.options.compile_mode,
-            ", one CUDA graph" if self.options.cuda_graph else "",
-            "unknown" if warmup.first_compile_s is None else f"{warmup.first_compile_s:.1f}",
-            cache.folder,
-        )
-
-    def _compile_facts(self) -> dict[str, Any]:
-        """What shapes the compiled code: the compile cache's key (`features.compile_cache`)."""
-        tensors = [*self.policy.named_parameters(), *self.policy.named_buffers()]
-        layout = [(name, tuple(value.shape), str(value.dtype)) for name, value in tensors]
-        config = self.policy.config
-        return {
-            "model": "pi05",
-            "torch": torch.__version__,
-            "device": device_kind(self.device),
-            "compile_mode": self.options.compile_mode,
-            "bf16_vision": self.options.bf16_vision,
-            "prompt_slots": self.options.prompt_slots,
-            "dynamic_batch": self.options.dynamic_batch,
-            "precompute": self.options.precompute,
-            "grouped_attention": self.options.grouped_attention,
-            "dtypes": sorted({dtype for _, _, dtype in layout}),
-            "parameters": sum(int(np.prod(shape)) for _, shape, _ in layout),
-            "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),
-            "config": {name: str(getattr(config, name)) for name in COMPILED_CONFIG_FIELDS},
-        }
-
-
-def _mark_batch_dynamic(tensors: Sequence[torch.Tensor]) -> None:
-    """Mark dim 0 of `tensors` symbolic for `torch.compile` (where the code allows it)."""
-    for tensor in tensors:
-        torch._dynamo.maybe_mark_dynamic(tensor, 0)
-
-
-def _cache_tensors(cache: Any) -> list[torch.Tensor]:
-    """The keys and values of a transformers `DynamicCache`, layer by layer."""
-    return [tensor for layer in cache.layers for tensor in (layer.keys, layer.values)]
-
-
-def _pad_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:
-    """`tensor`, contiguous, with its first row repeated up to `rows` rows.
-
-    Repeated real rows keep the padding free of empty attention rows; contiguity keeps one
-    compiled graph per bucket whatever layout the caller's images have.
-    """
-    extra = rows - tensor.shape[0]
-    padded = torch.cat([tensor, tensor[:1].expand(extra, *tensor.shape[1:])]) if extra else tensor
-    return padded.contiguous()
 
 
 def _language_model_dtype(policy: Any) -> torch.dtype:

@@ -27,7 +27,7 @@ from rpent_agents.features.compile_cache import default_cache_root
 
 @dataclass(frozen=True)
 class PI05Options:
-    """The speed options of `PI05FeatureModel` (its fast path: `features.pi05`)."""
+    """The speed options of `PI05FeatureModel` (its fast path: `features.pi05_fast_path`)."""
 
     fast_path: bool | None = None
     """Compile the prefix pass and the Euler loop (None: on CUDA only); True compiles on the
