@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "BuiltinVLA": "rpent_agents.features.builtin",
     "BuiltinVLAConfig": "rpent_agents.features.builtin",
     "PI05FeatureModel": "rpent_agents.features.pi05",
+    "PI05Options": "rpent_agents.features.pi05_options",
     "RemoteFeatureModel": "rpent_agents.features.remote",
     "RLToken": "rpent_agents.features.rl_token",
     "RLTokenConfig": "rpent_agents.features.rl_token",
