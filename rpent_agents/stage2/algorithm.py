@@ -1,17 +1,17 @@
 """The Stage 2 algorithm as docs/design.md §4 states it: the networks, one update, acting.
 
 `Stage2Algorithm` holds the actor, the critic (`num_q_heads` Q heads), the target critic, the
-acting actor and the actors' and critic's Adam optimizers. One update (`update_networks`,
+acting actor, the actor's and the critic's Adam optimizers. One update (`update_networks`,
 reference order):
 
-1. a critic step on the chunked TD target: the target critic's minimum over its heads (all,
-   or `target_q_heads` drawn once per update) at the online actor's chunk for the next
-   observation;
-2. on an actor-step update (every `critic_actor_ratio`-th: `UpdateKind`), an actor step on
+1. a critic step on the chunked TD target (`losses.td_target`): the target critic's minimum
+   over its heads (all, or `target_q_heads` drawn once per update) at the online actor's
+   chunk for the next observation;
+2. every `critic_actor_ratio`-th update (`UpdateKind`), an actor step on
    -q_weight Q + bc_weight BC with reference dropout (Q: the first head, or the heads' mean
    with `actor_q="mean"`; divided by the batch's mean |Q| with `normalize_q`), then the acting
    actor's Polyak step (`acting_actor_tau`);
-3. on a target-update update (every `target_update_every`-th), a soft target update (tau).
+3. every `target_update_every`-th update, a soft target update (tau).
 
 An optimizer step whose loss or gradient norm is NaN or inf is skipped, on the device, and
 counted in `skipped_steps` (`stage2.step_guard`). Acting is `act_chunks`: the actor's chunk,
