@@ -85,7 +85,7 @@ class RLTWorker(gym.Wrapper):
     (evaluation turns it on, so a held-out seed alone defines its episode).
     `end_lost_grasps` (training only, from the next reset) ends the episode as failed
     (terminated, no reward) when a chunk the actor drove loses the peg: held at the end of
-    the chunk before (for the gate's `min_grasp_steps`), not at its end, the task not solved.
+    the chunk before (for the gate window's `min_grasp_steps`), not at its end, the task not solved.
     The critic then values a dropped peg as the evaluation finds it, with no expert to grasp
     it again; `info["lost_grasp_ended"]` marks those chunks.
 
@@ -205,7 +205,7 @@ class RLTWorker(gym.Wrapper):
         Reads the grasp streak that `phase_gate` counted over the chunk's steps.
         """
         gate = self.phase_gate
-        held = gate.grasp_streak.steps >= gate.min_grasp_steps
+        held = gate.window.held(gate.grasp_streak.steps)
         lost, self.held = self.held and not held, held
         if not (self._ending_lost_grasps and lost and info["action_source"] == "actor"):
             return False
