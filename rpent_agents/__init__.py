@@ -17,8 +17,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rpent_agents.common.lazy_exports import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     # the peg RLT stack and the composite RLT envs
@@ -62,17 +61,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import the module that defines `name` on first access (PEP 562)."""
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value  # later accesses skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    """The module's names, the lazy exports included."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
