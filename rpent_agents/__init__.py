@@ -1,10 +1,11 @@
 """Everything that learns: feature models (VLAs), the RL token, Stage 1, Stage 2, composite envs.
 
-Six subpackages, each importing only those listed before it: `common` (kill-safe saves, the
+Seven subpackages, each importing only those listed before it: `common` (kill-safe saves, the
 torch device, how the commands fail), `features` (feature models and the RL token), `stage1`
 (`rpent-collect`, `rpent-stage1`), `rollout` (the composite RLT stacks and their worker pools),
-`stage2` (the learner, `rpent-stage2`, evaluation, results, `rpent-eval-rlt`) and `run`
-(`rpent-run`).
+`stage2` (the learner, `rpent-stage2`, evaluation, results, `rpent-eval-rlt`), `run`
+(`rpent-run`) and `robot` (`rpent-stage2-robot`: Stage 2 on a real arm; `run` and `robot`
+import neither each other).
 
 The public names load lazily (module `__getattr__`): `import rpent_agents` imports neither
 torch nor a simulator, `from rpent_agents import Stage2Learner` imports what that name needs.
