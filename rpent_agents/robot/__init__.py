@@ -1,7 +1,10 @@
 """Stage 2 on a real arm: `rpent-stage2-robot`, one robot with a human in the loop.
 
 The learner side: `learner_service` (`LearnerService`: the Stage 2 learner of a run, its
-replay, saves and weights); `run_state` holds the run's counters (`RobotRunState`).
+replay, saves and weights), `learner_host` (its update and heartbeat threads) and
+`learner_link` (`LearnerLink`, what the control loop calls without waiting, and
+`ProcessLearnerLink`, the learner in a child process); `run_state` holds the run's counters
+(`RobotRunState`).
 
 The public names load lazily (module `__getattr__`), as `rpent_agents`' do.
 
@@ -21,6 +24,11 @@ _EXPORTS: dict[str, str] = {
     "LearnerService": "rpent_agents.robot.learner_service",
     "LearnerSetup": "rpent_agents.robot.learner_service",
     "LearnerStatus": "rpent_agents.robot.learner_service",
+    "LearnerLinkOptions": "rpent_agents.robot.learner_host",
+    "LearnerReady": "rpent_agents.robot.learner_host",
+    "LearnerLink": "rpent_agents.robot.learner_link",
+    "LearnerLinkError": "rpent_agents.robot.learner_link",
+    "ProcessLearnerLink": "rpent_agents.robot.learner_link",
     "RobotRunState": "rpent_agents.robot.run_state",
 }
 
