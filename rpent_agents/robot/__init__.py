@@ -1,10 +1,11 @@
 """Stage 2 on a real arm: `rpent-stage2-robot`, one robot with a human in the loop.
 
 The learner side: `learner_service` (`LearnerService`: the Stage 2 learner of a run, its
-replay, saves and weights), `learner_host` (its update and heartbeat threads) and
+replay, saves and weights), `learner_host` (its update and heartbeat threads),
 `learner_link` (`LearnerLink`, what the control loop calls without waiting, and
-`ProcessLearnerLink`, the learner in a child process); `run_state` holds the run's counters
-(`RobotRunState`).
+`ProcessLearnerLink`, the learner in a child process) and `ray_learner_link`
+(`RayLearnerLink`, the learner as a Ray actor on another machine, and `robot_node_actor`);
+`run_state` holds the run's counters (`RobotRunState`).
 
 The public names load lazily (module `__getattr__`), as `rpent_agents`' do.
 
@@ -29,6 +30,8 @@ _EXPORTS: dict[str, str] = {
     "LearnerLink": "rpent_agents.robot.learner_link",
     "LearnerLinkError": "rpent_agents.robot.learner_link",
     "ProcessLearnerLink": "rpent_agents.robot.learner_link",
+    "RayLearnerLink": "rpent_agents.robot.ray_learner_link",
+    "robot_node_actor": "rpent_agents.robot.ray_learner_link",
     "RobotRunState": "rpent_agents.robot.run_state",
 }
 
