@@ -51,13 +51,17 @@ StepResult = tuple[list[Any], list[float], list[bool], list[bool], list[dict[str
 ResetResult = tuple[list[Any], list[dict[str, Any]]]
 
 
-def import_ray() -> ModuleType:
-    """The `ray` module, or an ImportError that names the extra to install."""
+def import_ray(needed_for: str = "Ray rollouts (--rollout ray)") -> ModuleType:
+    """The `ray` module, or an ImportError that names the extra to install.
+
+    Args:
+        needed_for: What needs Ray, as the error names it.
+    """
     try:
         import ray
     except ImportError as error:
         raise ImportError(
-            "Ray rollouts (--rollout ray) need Ray: pip install 'rpent[ray]' (on every node)"
+            f"{needed_for} need Ray: pip install 'rpent[ray]' (on every node)"
         ) from error
     return ray
 
