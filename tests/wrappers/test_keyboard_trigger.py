@@ -86,6 +86,7 @@ def test_switch_hands_the_next_chunk_to_the_actor_after_a_press():
     switch.close()
 
 
+@pytest.mark.subprocess
 def test_missing_display_names_what_to_set():
     code = "from wrappers.triggers import KeyboardTrigger\nKeyboardTrigger().reset()\n"
     env = {
@@ -132,6 +133,7 @@ def xvfb_display(monkeypatch):
     server.wait(timeout=10)
 
 
+@pytest.mark.subprocess
 def test_real_b_key_under_xvfb_flips_the_switch(xvfb_display):
     threads_before = set(threading.enumerate())
     switch = franka_switch(KeyboardTrigger())  # pynput, started by the first reset
