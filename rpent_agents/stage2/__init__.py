@@ -5,7 +5,7 @@ and what turns env steps into its data (`chunk_info`, `transitions`, `rollout_st
 `scalar_log`) need only torch and numpy (TensorBoard logging also needs tensorboard), so a
 learner can run on a machine without the simulators; the names below are theirs. The training
 run on the peg envs of `rpent_agents.rollout` is `train` (`rpent-stage2`), its success rate on
-held-out seeds `evaluation`, its `results.json` `results`, and `diagnostics` is
+held-out seeds `evaluation`, its `results.json` `results`, and `eval_rlt` is
 `rpent-eval-rlt` (where episodes fail); these import the simulators and load on their own.
 
 Example:

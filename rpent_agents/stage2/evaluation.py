@@ -14,7 +14,7 @@ workers keep their scenes across training resets: the per-seed outcomes do not d
 the workers were stepped. The expert takeover is off; `actor_ready=False` measures the base
 policy (reference chunks only), `actor_ready=True` the actor's chunks where the gate hands it
 control (the VLA reference elsewhere). An optional observer sees every chunk of every
-evaluated episode, in order (`rpent_agents.stage2.diagnostics` builds its traces so).
+evaluated episode, in order (`rpent_agents.stage2.eval_rlt` builds its traces so).
 
 Example:
     >>> result = evaluate_on_seeds(envs, range(100), act=lambda obs: learner.act(obs, True),
