@@ -27,7 +27,7 @@ from rpent_agents.common.devices import resolve_device
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2.checkpoint import actor_gate, load_actor
-from rpent_agents.stage2.evaluation import ChunkPolicy, EvalResult, evaluate_on_seeds
+from rpent_agents.stage2.evaluation import ChunkActFn, EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.networks import RLTDims
 
 
@@ -51,7 +51,7 @@ class Args:
     """Stage 1 checkpoint; default: the embedded one."""
 
 
-def chunk_policy(args: Args, config: PegRLTConfig, envs: FeaturizedVectorEnv) -> ChunkPolicy:
+def act_fn_of_policy(args: Args, config: PegRLTConfig, envs: FeaturizedVectorEnv) -> ChunkActFn:
     """The chunks of `args.policy` (the base policy's are zeros: never executed)."""
     if args.policy == "base":
         flat = envs.single_action_space.shape[0]
@@ -78,7 +78,7 @@ def main(args: Args) -> dict:
     seeds = range(args.first_seed, args.first_seed + args.num_seeds)
     envs = make_rlt_vector_env(config, args.num_envs)
     try:
-        act, actor_ready = chunk_policy(args, config, envs), args.policy == "actor"
+        act, actor_ready = act_fn_of_policy(args, config, envs), args.policy == "actor"
         evaluate_on_seeds(envs, seeds[:1], act, actor_ready, "warm-up", ready_envs=0)
         results: dict[str, list[EvalResult]] = {"lockstep": [], "as_answered": []}
         for _ in range(args.repeats):

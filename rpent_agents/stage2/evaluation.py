@@ -40,7 +40,7 @@ from rpent_agents.stage2.transitions import info_of_env
 
 THROWAWAY_SEED = MAX_SEED
 """Seed of the episodes an env runs, unscored, once no held-out seed is left for it."""
-ChunkPolicy = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+ChunkActFn = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 """Batched RLT observations -> flat action chunks (N, H*A)."""
 ChunkObserver = Callable[[int, Mapping[str, Any], bool], None]
 """Called as (seed, chunk info, episode done) for every chunk of an evaluated episode."""
@@ -98,7 +98,7 @@ class EvalResult:
 def evaluate_on_seeds(
     envs: FeaturizedVectorEnv,
     seeds: Iterable[int],
-    act: ChunkPolicy,
+    act: ChunkActFn,
     actor_ready: bool,
     progress_label: str = "eval",
     observer: ChunkObserver | None = None,
@@ -187,7 +187,7 @@ class SeedEpisodes:
 
 
 def _run_in_lockstep(
-    envs: FeaturizedVectorEnv, pending: deque[int], act: ChunkPolicy, episodes: SeedEpisodes
+    envs: FeaturizedVectorEnv, pending: deque[int], act: ChunkActFn, episodes: SeedEpisodes
 ) -> None:
     """Step every env each time until every pending seed's episode finished.
 
@@ -217,7 +217,7 @@ def _run_in_lockstep(
 def _run_as_workers_answer(
     envs: FeaturizedVectorEnv,
     pending: deque[int],
-    act: ChunkPolicy,
+    act: ChunkActFn,
     episodes: SeedEpisodes,
     ready_envs: int,
 ) -> None:
