@@ -9,9 +9,10 @@ learner and the batched featurizer stay in this process. docs/ray.md shows how t
 Example:
     >>> ray.init(num_cpus=2, include_dashboard=False)
     >>> rollout = RayRolloutConfig(num_workers=2, envs_per_worker=1)
-    >>> envs = make_ray_vector_env(PegRLTConfig(render_backend="cpu"), rollout)
+    >>> config = PegRLTConfig(render_backend="cpu")
+    >>> envs = make_ray_vector_env(config, rollout)
     >>> obs, infos = envs.reset(seed=[100_000, 100_001])
-    >>> envs.set_attr("actor_ready", False)
+    >>> envs.set_worker_mode(WorkerMode.training(actor_ready=False, config=config))
     >>> obs, rewards, terminated, truncated, infos = envs.step(np.zeros((2, 80), np.float32))
 """
 

@@ -34,7 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, discarded_envs, reset_envs
-from rpent_agents.rollout.worker import MAX_SEED, NO_RESET_SEED
+from rpent_agents.rollout.worker import MAX_SEED, NO_RESET_SEED, WorkerMode
 from rpent_agents.stage2.rollout_stats import EpisodeStats
 from rpent_agents.stage2.transitions import info_of_env
 
@@ -134,10 +134,7 @@ def evaluate_on_seeds(
         raise ValueError(f"seeds must be distinct and not empty, got {list(pending)}")
     if ready_envs < 0:
         raise ValueError(f"ready_envs must be >= 0 (0: synchronous), got {ready_envs}")
-    envs.set_attr("actor_ready", actor_ready)
-    envs.set_attr("expert_takeover_enabled", False)
-    envs.set_attr("end_lost_grasps", False)
-    envs.set_attr("rebuild_scenes", True)
+    envs.set_worker_mode(WorkerMode.evaluation(actor_ready))
     with tqdm(total=len(pending), desc=progress_label, leave=False) as progress:
         episodes = SeedEpisodes(envs.num_envs, observer, progress)
         if ready_envs and envs.can_step_ready_envs:

@@ -44,7 +44,7 @@ from rpent_agents.rollout.vector import (
     make_rlt_vector_env,
     reset_envs,
 )
-from rpent_agents.rollout.worker import NO_RESET_SEED
+from rpent_agents.rollout.worker import NO_RESET_SEED, WorkerMode
 from rpent_agents.stage2.checkpoint import save_run
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
@@ -254,7 +254,7 @@ class Stage2Run:
         if send and self.learner.ready_for_online != self.actor_ready:
             steps += self.finish_busy_chunks()  # the workers' drivers change together
             self.actor_ready = self.learner.ready_for_online
-            self.envs.set_attr("actor_ready", self.actor_ready)
+            self.envs.set_worker_mode(WorkerMode.training(self.actor_ready, self.args.env))
             logger.info("env step %d: the actor drives the critical phase", self.state.env_steps)
         self.iteration += 1
         self.write_train_scalars(train_scalars)
@@ -356,10 +356,7 @@ class Stage2Run:
 
     def start_training_episodes(self) -> dict[str, np.ndarray]:
         """Reset every worker with fresh training seeds and the training drivers."""
-        self.envs.set_attr("actor_ready", self.learner.ready_for_online)
-        self.envs.set_attr("expert_takeover_enabled", self.args.env.expert_takeover)
-        self.envs.set_attr("end_lost_grasps", self.args.env.end_on_lost_grasp)
-        self.envs.set_attr("rebuild_scenes", False)  # training resets keep their scenes
+        self.envs.set_worker_mode(WorkerMode.training(self.learner.ready_for_online, self.args.env))
         seeds = self.state.next_seeds(self.num_envs, self.args.train_seed)
         self.steps_at_log, self.time_at_log = self.state.env_steps, time.monotonic()
         self.diagnostics.abandon_episodes()
