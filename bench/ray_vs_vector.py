@@ -34,11 +34,13 @@ import ray
 import tyro
 from stage2_throughput import loop_settings, loop_speed
 
-from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
+from rpent_agents.rollout.ray_config import RayRolloutConfig
+from rpent_agents.rollout.ray_rollout import make_ray_vector_env
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2 import Stage2Config
-from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2, TrainArgs, train
+from rpent_agents.stage2.train_args import Stage2TrainArgs
+from rpent_agents.stage2.trainer import train
 
 SMOKE_STAGE2 = Stage2Config(
     hidden_dim=32, batch_size=8, learning_starts=2, warmup_updates=2, weight_warmup_updates=1,
@@ -103,16 +105,16 @@ def backend_speed(args: Args, config: PegRLTConfig, backend: str, num_workers: i
     return {"start_s": start_s} | {key: round(value, 1) for key, value in figures.items()}
 
 
-def curve_args(args: Args, config: PegRLTConfig, backend: str, output_dir: Path) -> TrainArgs:
+def curve_args(args: Args, config: PegRLTConfig, backend: str, output_dir: Path) -> Stage2TrainArgs:
     """`rpent-stage2 sample-efficient` of one backend (or the smoke run)."""
-    stage2 = SAMPLE_EFFICIENT_STAGE2
+    stage2 = Stage2Config.sample_efficient()
     eval_episodes, env_steps, eval_every = (
         args.curve_eval_episodes, args.curve_env_steps, args.curve_eval_every
     )  # fmt: skip
     if args.smoke:
         config = dataclasses.replace(config, trigger_mode="always_on", max_episode_chunks=2)
         stage2, eval_episodes, env_steps, eval_every = SMOKE_STAGE2, 2, 200, 100
-    return TrainArgs(
+    return Stage2TrainArgs(
         output_dir=output_dir,
         rollout=backend,
         num_envs=args.curve_workers * args.envs_per_worker,

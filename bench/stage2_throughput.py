@@ -5,7 +5,7 @@ Three measurements on the same machine, each with `--num-envs` worker processes:
 - raw rgb: the peg env rendering both cameras at every step (what a naive loop pays);
   both with the loop's episode length and scene reuse (`--raw-episode-steps`,
   `--reconfiguration-freq`: resets cost what they cost the loop);
-- training loop: `rpent_agents.stage2.train.Stage2Run.collect_and_learn` (workers render only
+- training loop: `rpent_agents.stage2.trainer.Stage2Run.collect_and_learn` (workers render only
   chunk boundaries; one batched featurizer call per vector step in this process; the learner
   updates while the workers simulate; a worker whose episode ends starts the next one itself),
   the actor driving every chunk, every chunk stored as a transition (`trigger_mode=
@@ -40,12 +40,8 @@ from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner
 from rpent_agents.stage2.loop_profile import LoopProfile
 from rpent_agents.stage2.results import LearningResults
 from rpent_agents.stage2.run_folder import RunState
-from rpent_agents.stage2.train import (
-    SAMPLE_EFFICIENT_ENV,
-    SAMPLE_EFFICIENT_STAGE2,
-    Stage2Run,
-    TrainArgs,
-)
+from rpent_agents.stage2.train_args import Stage2TrainArgs
+from rpent_agents.stage2.trainer import Stage2Run
 
 
 @dataclass
@@ -59,7 +55,7 @@ class Args:
     """Timed steps per worker of each raw-env measurement."""
     raw_episode_steps: int = 80
     """Episode length of the raw envs (they reset themselves): the loop's 8 chunks."""
-    reconfiguration_freq: int = SAMPLE_EFFICIENT_ENV.reconfiguration_freq
+    reconfiguration_freq: int = PegRLTConfig.sample_efficient().reconfiguration_freq
     """Resets per scene, of the raw envs and the loop's (the preset's by default)."""
     loop_iterations: int = 30
     """Timed vector steps (one chunk per worker each) of the training loop."""
@@ -104,7 +100,7 @@ def raw_env_speed(args: Args, obs_mode: str, image_size: int) -> float:
 def loop_settings(config: PegRLTConfig) -> tuple[PegRLTConfig, Stage2Config]:
     """The measured loop's stack and learner settings (see the module doc)."""
     # Updates from the first transition on, 4 per transition as in the preset's steady state.
-    stage2 = dataclasses.replace(SAMPLE_EFFICIENT_STAGE2, learning_starts=1, warmup_updates=0)
+    stage2 = Stage2Config.sample_efficient(learning_starts=1, warmup_updates=0)
     # Episodes of 8 chunks: about as long as the base policy's (resets as often as in a run).
     config = dataclasses.replace(config, trigger_mode="always_on", max_episode_chunks=8)
     return config, stage2
@@ -121,7 +117,7 @@ def loop_speed(
     dims = RLTDims.from_observation_space(envs.single_observation_space)
     learner = Stage2Learner(stage2, dims)
     with tempfile.TemporaryDirectory() as folder, ScalarLog(folder) as log:
-        train_args = TrainArgs(output_dir=Path(folder), stage2=stage2, ready_envs=ready_envs)
+        train_args = Stage2TrainArgs(output_dir=Path(folder), stage2=stage2, ready_envs=ready_envs)
         results = LearningResults(eval_seeds=[0])
         run = Stage2Run(train_args, envs, learner, RunState(), results, log, time.monotonic())
         run.obs = run.start_training_episodes()

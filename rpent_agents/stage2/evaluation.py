@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, discarded_envs, reset_envs
 from rpent_agents.rollout.worker import MAX_SEED, NO_RESET_SEED, WorkerMode
+from rpent_agents.stage2.results import EvalPoint
 from rpent_agents.stage2.rollout_stats import EpisodeStats
 from rpent_agents.stage2.transitions import info_of_env
 
@@ -93,6 +94,18 @@ class EvalResult:
         steps = [self.critical_steps_by_seed[seed] for seed in self.successful_seeds]
         steps = [count for count in steps if count > 0]
         return float(np.median(steps)) if steps else None
+
+    def point(self, env_steps: int, updates: int, wall_time_s: float) -> EvalPoint:
+        """This evaluation as a point of a run's curve, after the given training counts."""
+        return EvalPoint(
+            env_steps=env_steps,
+            success_rate=self.success_rate,
+            updates=updates,
+            wall_time_s=wall_time_s,
+            successful_seeds=self.successful_seeds,
+            median_success_len=self.median_success_len,
+            critical_phase_median_steps=self.critical_phase_median_steps,
+        )
 
 
 def evaluate_on_seeds(
