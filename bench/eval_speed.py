@@ -16,8 +16,7 @@ workers up, untimed. The per-seed outcomes must match (`same_outcomes`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -45,10 +44,9 @@ class Args:
     policy: Literal["actor", "base"] = "actor"
     """actor: the embedded Stage 2 actor under the gate it was trained under; base: reference
     chunks only."""
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    feature_device: str = "auto"
-    checkpoint: Path | None = None
-    """Stage 1 checkpoint; default: the embedded one."""
+    env: tyro.conf.OmitArgPrefixes[PegRLTConfig] = field(default_factory=PegRLTConfig)
+    """The peg RLT stack (`--checkpoint`, `--render-backend`, `--feature-device`, ...); with
+    `--policy actor` its gate is the one the actor was trained under."""
 
 
 def act_fn_of_policy(args: Args, config: PegRLTConfig, envs: FeaturizedVectorEnv) -> ChunkActFn:
@@ -70,11 +68,7 @@ def outcomes(result: EvalResult) -> dict[int, tuple]:
 
 
 def main(args: Args) -> dict:
-    config = PegRLTConfig(
-        checkpoint=args.checkpoint,
-        render_backend=args.render_backend,
-        feature_device=args.feature_device,
-    ).with_gate_settings(actor_gate(None) if args.policy == "actor" else {})
+    config = args.env.with_gate_settings(actor_gate(None) if args.policy == "actor" else {})
     seeds = range(args.first_seed, args.first_seed + args.num_seeds)
     envs = make_rlt_vector_env(config, args.num_envs)
     try:

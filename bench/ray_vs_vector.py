@@ -26,9 +26,8 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import ray
 import tyro
@@ -53,10 +52,8 @@ class Args:
     workers: tuple[int, ...] = (1, 2)
     """Worker counts of the throughput measurement."""
     envs_per_worker: int = 1
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    feature_device: str = "auto"
-    checkpoint: Path | None = None
-    """Stage 1 checkpoint; default: the embedded one."""
+    env: tyro.conf.OmitArgPrefixes[PegRLTConfig] = field(default_factory=PegRLTConfig)
+    """The peg RLT stack (`--checkpoint`, `--render-backend`, `--feature-device`, ...)."""
     ray_address: str | None = None
     """Ray cluster to join (None: a local Ray of this machine's cores)."""
     cpus_per_worker: float = 1.0
@@ -147,11 +144,7 @@ def main(args: Args) -> dict:
         ray.init(include_dashboard=False)
     else:
         ray.init(address=args.ray_address)
-    config = PegRLTConfig(
-        checkpoint=args.checkpoint,
-        render_backend=args.render_backend,
-        feature_device=args.feature_device,
-    )
+    config = args.env
     figures: dict = {"envs_per_worker": args.envs_per_worker, "throughput": {}}
     for num_workers in args.workers:
         speeds = {

@@ -24,9 +24,8 @@ import dataclasses
 import json
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -47,16 +46,19 @@ from rpent_agents.stage2.trainer import Stage2Run
 @dataclass
 class Args:
     num_envs: int = 2
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    feature_device: str = "auto"
-    checkpoint: Path | None = None
-    """Stage 1 checkpoint (its image size sets the cameras'); default: the embedded one."""
+    env: tyro.conf.OmitArgPrefixes[PegRLTConfig] = field(
+        default_factory=lambda: PegRLTConfig(
+            reconfiguration_freq=PegRLTConfig.sample_efficient().reconfiguration_freq
+        )
+    )
+    """The peg RLT stack (`--checkpoint`, `--render-backend`, `--feature-device`, ...; the
+    checkpoint's image size sets the cameras'); `--reconfiguration-freq`, resets per scene of
+    the raw envs and the loop's, is the sample-efficient preset's by default. The loop drives
+    every chunk with the actor (see the module doc)."""
     raw_steps: int = 100
     """Timed steps per worker of each raw-env measurement."""
     raw_episode_steps: int = 80
     """Episode length of the raw envs (they reset themselves): the loop's 8 chunks."""
-    reconfiguration_freq: int = PegRLTConfig.sample_efficient().reconfiguration_freq
-    """Resets per scene, of the raw envs and the loop's (the preset's by default)."""
     loop_iterations: int = 30
     """Timed vector steps (one chunk per worker each) of the training loop."""
     warmup_iterations: int = 3
@@ -75,8 +77,8 @@ def raw_env_speed(args: Args, obs_mode: str, image_size: int) -> float:
     kwargs = {
         "obs_mode": obs_mode,
         "image_size": image_size,
-        "render_backend": args.render_backend,
-        "reconfiguration_freq": args.reconfiguration_freq,
+        "render_backend": args.env.render_backend,
+        "reconfiguration_freq": args.env.reconfiguration_freq,
         "max_episode_steps": args.raw_episode_steps,
     }
     envs = AsyncVectorEnv(
@@ -151,12 +153,7 @@ def training_loop_speed(args: Args, config: PegRLTConfig) -> dict:
 
 
 def main(args: Args) -> dict:
-    config = PegRLTConfig(
-        checkpoint=args.checkpoint,
-        render_backend=args.render_backend,
-        feature_device=args.feature_device,
-        reconfiguration_freq=args.reconfiguration_freq,
-    )
+    config = args.env
     image_size = config.vla_config()["image_size"]
     figures: dict = {"num_envs": args.num_envs, "image_size": image_size}
     if args.loop:
