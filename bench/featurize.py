@@ -27,14 +27,14 @@ pi0.5 runs along several paths (`--pi05-paths`):
   one on its first request; each remote row's `since_server_spawn_s` is the seconds from the
   spawn to the end of its first call, and the server's log lines show each bucket's warm-up.
 
-With `--prompt-slots N` the fast paths keep only the prompt's first N of its 200 token slots
-(`PI05FeatureModel(prompt_slots=N)`; the stand-in prompts fill 50); eager stays stock. With
-`--dynamic-batch` the buckets above 1 share one compile (`PI05FeatureModel(dynamic_batch=True)`).
+The fast paths take every `PI05Options` field as a flag (eager stays stock). With
+`--prompt-slots N` they keep only the prompt's first N of its 200 token slots (the stand-in
+prompts fill 50). With `--dynamic-batch` the buckets above 1 share one compile.
 `--compile-mode reduce-overhead` has torch record its own CUDA graphs instead of RPent's one graph
 per bucket (`cuda_graph=False`; the RL token then runs eagerly after them), and
-`--no-precompute` recomputes the adaRMS modulations and the bf16 vision weights at every call
-(`PI05FeatureModel(precompute=False)`), and `--no-grouped-attention` copies Gemma's key/value
-head to every query head as the stock attention does (`grouped_attention=False`): A/B baselines.
+`--precompute False` recomputes the adaRMS modulations and the bf16 vision weights at every
+call, and `--grouped-attention False` copies Gemma's key/value head to every query head as the
+stock attention does: A/B baselines.
 
 Every JSON line printed also goes to `--jsonl PATH` (appended, each tagged with `--label`), the
 file the H200 runs commit (`bench/figures/pi05/*.jsonl`). pi0.5 fast-path rows carry the
@@ -60,7 +60,6 @@ The built-in part needs torch only; the pi0.5 part needs the `pi` extra (lerobot
 and is skipped with a message when it is missing; the remote path needs the `remote` extra.
 """
 
-import argparse
 import functools
 import json
 import logging
@@ -70,22 +69,24 @@ import subprocess
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
+import tyro
 
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_checkpoint
 from rpent_agents.features.graphed import GraphedRLTFeaturizer
 from rpent_agents.features.norm import NormStats
+from rpent_agents.features.pi05_options import PI05Options
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
+from rpent_agents.features.server import WarmUp
 
 INSTRUCTION = "insert the peg in the hole"
-PI05_PATHS = ("eager", "fast", "in-process", "remote")
-MODELS = ("builtin", "builtin-graphed", "pi05")
 SERVER_START_S = 600.0  # the server process builds its own pi0.5 before it listens
 JSONL = {"path": None, "label": ""}  # --jsonl, --label
 
@@ -292,38 +293,17 @@ def remote_call(remote, resolution, server_ms, batch_size):
     return call_and_note
 
 
-def pi05_featurizer(policy, device, fast_path, compile_cache_dir=None, **options):
-    """`RLTFeaturizer` of a `PI05FeatureModel` (`options`: its other arguments) with the
-    stand-in pre-processor and a random RL token."""
+def pi05_featurizer(policy, device, options):
+    """`RLTFeaturizer` of a `PI05FeatureModel` with `options` (`PI05Options`), the stand-in
+    pre-processor and a random RL token."""
     from rpent_agents.features.pi05 import PI05FeatureModel
 
-    preprocess = stand_in_preprocessor(policy, device)
     model = PI05FeatureModel(
-        policy,
-        preprocess,
-        lambda chunk: chunk,
-        fast_path=fast_path,
-        compile_cache_dir=compile_cache_dir,
-        **options,
+        policy, stand_in_preprocessor(policy, device), lambda chunk: chunk, options
     )
     rl_token = RLToken(RLTokenConfig(dim=model.prefix_dim, prefix_seq_len=1024))
     rl_token_dtype = torch.bfloat16 if policy.config.dtype == "bfloat16" else torch.float32
     return RLTFeaturizer(model, rl_token, rl_token_dtype)
-
-
-def fast_featurizer(policy, device, args):
-    """`pi05_featurizer` on the fast path with the command line's compile options."""
-    return pi05_featurizer(
-        policy,
-        device,
-        True,
-        args.compile_cache_dir,
-        prompt_slots=args.prompt_slots,
-        dynamic_batch=args.dynamic_batch,
-        compile_mode=args.compile_mode,
-        precompute=args.precompute,
-        grouped_attention=args.grouped_attention,
-    )
 
 
 def serve(args, device, dtype):
@@ -332,7 +312,7 @@ def serve(args, device, dtype):
     from rpent_agents.features.server import FeatureServer, FeatureServerPolicy, warm_up_sizes
 
     def build_policy():  # on the server's model thread, as rpent-feature-server builds it
-        featurizer = fast_featurizer(pi05_policy(args.size, device, dtype)[0], device, args)
+        featurizer = pi05_featurizer(pi05_policy(args.size, device, dtype)[0], device, args.pi05)
         if sizes := warm_up_sizes(args.batch_sizes, args.server_warm_up):
             featurizer.feature_model.warm_up(sizes)
         return FeatureServerPolicy(featurizer)
@@ -340,25 +320,19 @@ def serve(args, device, dtype):
     FeatureServer(build_policy, port=args.serve).serve_forever()
 
 
-def start_server(args):
+def start_server():
     """A `--serve` process with the same model on a free loopback port, its client, and this
-    process's age when it was spawned."""
+    process's age when it was spawned.
+
+    The process runs this script's own command line with `--serve PORT` added: the same model,
+    sizes and options.
+    """
     from rpent_agents.features.remote import RemoteFeatureModel
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, __file__, "--serve", str(port), "--device", args.device]
-    command += ["--dtype", args.dtype, "--size", args.size, "--batch-sizes"]
-    command += [str(size) for size in args.batch_sizes]
-    if args.compile_cache_dir is not None:
-        command += ["--compile-cache-dir", str(args.compile_cache_dir)]
-    if args.prompt_slots is not None:
-        command += ["--prompt-slots", str(args.prompt_slots)]
-    command += ["--server-warm-up", args.server_warm_up, "--compile-mode", args.compile_mode]
-    command += ["--dynamic-batch" if args.dynamic_batch else "--no-dynamic-batch"]
-    command += ["--precompute" if args.precompute else "--no-precompute"]
-    command += ["--grouped-attention" if args.grouped_attention else "--no-grouped-attention"]
+    command = [sys.executable, __file__, *sys.argv[1:], "--serve", str(port)]
     spawn_age_s = process_age_s()
     server, started = subprocess.Popen(command), time.monotonic()
     deadline = started + SERVER_START_S
@@ -377,8 +351,8 @@ def start_server(args):
 
 
 def pi05_report(policy, resolution, device, args):
-    eager = pi05_featurizer(policy, device, fast_path=False).feature_model
-    in_process = fast_featurizer(policy, device, args)
+    eager = pi05_featurizer(policy, device, PI05Options(fast_path=False)).feature_model
+    in_process = pi05_featurizer(policy, device, args.pi05)
     fast = in_process.feature_model
     makers = {
         "eager": lambda batch: policy_batch_call(eager, resolution, device, batch),
@@ -389,7 +363,7 @@ def pi05_report(policy, resolution, device, args):
     try:
         for path in args.pi05_paths:
             if path == "remote":  # started after the in-process rows: it reads their compiles
-                server, remote, spawn_age_s = start_server(args)
+                server, remote, spawn_age_s = start_server()
                 server_ms = []
                 makers["remote"] = functools.partial(remote_call, remote, resolution, server_ms)
             name = f"pi0.5 (PI05Policy) {path}"
@@ -411,11 +385,11 @@ def pi05_report(policy, resolution, device, args):
     emit(
         {
             "model": "pi0.5 fast path",
-            "compile_mode": fast.compile_mode,
-            "cuda_graph": fast.cuda_graph,
-            "precompute": fast.precompute,
-            "grouped_attention": fast.grouped_attention,
-            "compile_cache": str(fast.compile_cache_dir),
+            "compile_mode": fast.options.compile_mode,
+            "cuda_graph": fast.options.cuda_graph,
+            "precompute": fast.options.precompute,
+            "grouped_attention": fast.options.grouped_attention,
+            "compile_cache": str(fast.options.compile_cache_dir),
             "warmup": {bucket: asdict(warmup) for bucket, warmup in fast.warmup.items()},
             "compile_times_s": dynamo_compile_times(),
         }
@@ -474,63 +448,54 @@ def report(
     return rows
 
 
+@dataclass
+class ModelArgs:
+    """The models timed: device, precision, size, batch sizes and pi0.5's fast-path options."""
+
+    device: str = field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu")
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    size: Literal["full", "small"] = "full"
+    """full: real sizes; small: a smoke run (pi0.5 shrunk to a 1-layer toy)."""
+    batch_sizes: tuple[int, ...] = (1, 64)
+    # Spelled out (the library's choices on the fast path) so the header line records them
+    pi05: Annotated[PI05Options, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=lambda: PI05Options(
+            fast_path=True, compile_mode="default", precompute=True, grouped_attention=True
+        )
+    )
+    """pi0.5 fast paths: the model's options (the eager path stays stock)."""
+
+
+@dataclass
+class FeaturizeArgs(ModelArgs):
+    """Featurization speed: built-in VLA + RL token, and a pi0.5-size PI05 with random weights."""
+
+    iterations: int = 10
+    models: tuple[Literal["builtin", "builtin-graphed", "pi05"], ...] = ("builtin", "pi05")
+    """(module doc)"""
+    pi05_paths: tuple[Literal["eager", "fast", "in-process", "remote"], ...] = (
+        "eager",
+        "fast",
+        "in-process",
+        "remote",
+    )
+    server_warm_up: WarmUp = "first"
+    """remote path: the server's --warm-up (first: the smallest size before it listens)."""
+    jsonl: Path | None = None
+    """Append every JSON line to this file."""
+    label: str = ""
+    """Tags the --jsonl lines (e.g. the run)."""
+    serve: int | None = None
+    """(internal) the remote path's server process, on this port."""
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--size", default="full", choices=["full", "small"])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument(
-        "--models", nargs="+", default=["builtin", "pi05"], choices=MODELS, help="(module doc)"
-    )
-    parser.add_argument("--pi05-paths", nargs="+", default=PI05_PATHS, choices=PI05_PATHS)
-    parser.add_argument("--compile-cache-dir", type=Path, help="default: the library's")
-    parser.add_argument(
-        "--prompt-slots", type=int, help="pi0.5 fast paths: prompt slots kept (default all 200)"
-    )
-    parser.add_argument(
-        "--dynamic-batch",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="pi0.5 fast paths: one compile for every bucket above 1 (dynamic_batch)",
-    )
-    parser.add_argument(
-        "--compile-mode",
-        default="default",
-        choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
-        help="pi0.5 fast paths: torch.compile mode (reduce-overhead: torch's CUDA graphs, not"
-        " RPent's one graph per bucket)",
-    )
-    parser.add_argument(
-        "--precompute",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="pi0.5 fast paths: the adaRMS modulations and bf16 vision weights computed once"
-        " (precompute; --no-precompute: the library before, the A/B)",
-    )
-    parser.add_argument(
-        "--grouped-attention",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="pi0.5 fast paths: Gemma attention reads its key/value head in place"
-        " (grouped_attention; --no-grouped-attention: the stock copies, the A/B)",
-    )
-    parser.add_argument(
-        "--server-warm-up",
-        default="first",
-        choices=["first", "all", "none"],  # features.server.WarmUp (tyro-free import here)
-        help="remote path: the server's --warm-up (first: the smallest size before it listens)",
-    )
-    parser.add_argument("--jsonl", type=Path, help="append every JSON line to this file")
-    parser.add_argument("--label", default="", help="tags the --jsonl lines (e.g. the run)")
-    parser.add_argument("--serve", type=int, metavar="PORT", help="(internal) the remote path")
-    args = parser.parse_args()
+    args = tyro.cli(FeaturizeArgs)
     if args.jsonl is not None:
         args.jsonl.parent.mkdir(parents=True, exist_ok=True)
         JSONL.update(path=args.jsonl, label=args.label)
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("rpent_agents.features.pi05").setLevel(logging.INFO)
+    logging.getLogger("rpent_agents.features.pi05_fast_path").setLevel(logging.INFO)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.serve:
@@ -538,8 +503,9 @@ def main():
         return
     header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     header.update(dtype=args.dtype, size=args.size, torch=torch.__version__)
-    header.update(prompt_slots=args.prompt_slots, dynamic_batch=args.dynamic_batch)
-    header.update(precompute=args.precompute, grouped_attention=args.grouped_attention)
+    options = args.pi05
+    header.update(prompt_slots=options.prompt_slots, dynamic_batch=options.dynamic_batch)
+    header.update(precompute=options.precompute, grouped_attention=options.grouped_attention)
     emit(header | {"started_s": process_age_s()})
     rows = []
     if "builtin" in args.models:

@@ -17,7 +17,9 @@ RL token in the policy's dtype, the read back):
   its kernels), its idle gaps between kernels (sum, count, the largest with the kernels around
   them) and the CPU time in launch calls (`cudaLaunchKernel`, `cudaGraphLaunch`, ...).
 
-On the CPU (a smoke run) the "kernels" are the CPU ops and there is no launch time.
+On the CPU (a smoke run) the "kernels" are the CPU ops and there is no launch time. The model
+takes the `PI05Options` flags of bench/featurize.py, its buckets being the batch sizes profiled
+(they replace `--batch-buckets`).
 
     # H200, bf16, the full-size model (random weights), CUDA graphs as the library runs them
     python bench/pi05_profile.py --device cuda --size full --batch-sizes 1 64 \
@@ -26,17 +28,19 @@ On the CPU (a smoke run) the "kernels" are the CPU ops and there is no launch ti
     python bench/pi05_profile.py --compile-mode max-autotune-no-cudagraphs ...
 """
 
-import argparse
 import json
 import logging
 import re
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+import tyro
 from featurize import (
+    ModelArgs,
     dynamo_compile_times,
     pi05_featurizer,
     pi05_policy,
@@ -164,8 +168,8 @@ def profile_batch(featurizer, resolution, device, batch_size, args):
     }
     # The bucket's warm-up: compile or compile cache, capture.
     first_call_s, since_start_s = synchronized(calls["fast"], device), process_age_s()
-    warmup = model.warmup[bucket_size(batch_size, model.batch_buckets)]
-    head = {"batch": batch_size, "compile_mode": model.compile_mode}
+    warmup = model.warmup[bucket_size(batch_size, model.options.batch_buckets)]
+    head = {"batch": batch_size, "compile_mode": model.options.compile_mode}
     first = {"kind": "warmup", "first_call_s": round(first_call_s, 2), "source": warmup.source}
     first |= {"first_compile_s": warmup.first_compile_s, "since_start_s": since_start_s}
     first |= {"compile_times_s": dynamo_compile_times()}  # this process's, summed so far
@@ -180,31 +184,27 @@ def profile_batch(featurizer, resolution, device, batch_size, args):
     return rows
 
 
+@dataclass
+class ProfileArgs(ModelArgs):
+    """Where one pi0.5 fast-path call spends its time: torch.profiler over warm calls."""
+
+    calls: int = 3
+    """Calls profiled per batch size."""
+    top: int = 25
+    """Kernels listed per batch size."""
+    jsonl: Path | None = None
+    """Append the rows to this file too."""
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--size", default="full", choices=["full", "small"])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
-    parser.add_argument("--calls", type=int, default=3, help="calls profiled per batch size")
-    parser.add_argument("--top", type=int, default=25, help="kernels listed per batch size")
-    parser.add_argument("--compile-mode", default=None, help="default: the library's")
-    parser.add_argument("--compile-cache-dir", type=Path, default=None)
-    parser.add_argument("--jsonl", type=Path, help="append the rows to this file too")
-    args = parser.parse_args()
+    args = tyro.cli(ProfileArgs)
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("rpent_agents.features.pi05").setLevel(logging.INFO)
+    logging.getLogger("rpent_agents.features.pi05_fast_path").setLevel(logging.INFO)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     policy, resolution = pi05_policy(args.size, device, dtype)
-    featurizer = pi05_featurizer(
-        policy,
-        device,
-        True,
-        args.compile_cache_dir,
-        compile_mode=args.compile_mode,
-        batch_buckets=args.batch_sizes,
-    )
+    options = replace(args.pi05, batch_buckets=args.batch_sizes)
+    featurizer = pi05_featurizer(policy, device, options)
     for batch_size in args.batch_sizes:
         for row in profile_batch(featurizer, resolution, device, batch_size, args):
             line = json.dumps({"bench": "pi05_profile", "size": args.size} | row)

@@ -1,10 +1,11 @@
 """Everything that learns: feature models (VLAs), the RL token, Stage 1, Stage 2, composite envs.
 
-Six subpackages, each importing only those listed before it: `common` (kill-safe saves, the
+Seven subpackages, each importing only those listed before it: `common` (kill-safe saves, the
 torch device, how the commands fail), `features` (feature models and the RL token), `stage1`
 (`rpent-collect`, `rpent-stage1`), `rollout` (the composite RLT stacks and their worker pools),
-`stage2` (the learner, `rpent-stage2`, evaluation, results, `rpent-eval-rlt`) and `run`
-(`rpent-run`).
+`stage2` (the learner, `rpent-stage2`, evaluation, results, `rpent-eval-rlt`), `run`
+(`rpent-run`) and `robot` (`rpent-stage2-robot`: Stage 2 on a real arm; `run` and `robot`
+import neither each other).
 
 The public names load lazily (module `__getattr__`): `import rpent_agents` imports neither
 torch nor a simulator, `from rpent_agents import Stage2Learner` imports what that name needs.
@@ -17,8 +18,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rpent_agents.common.lazy_exports import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     # the peg RLT stack and the composite RLT envs
@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "BuiltinVLA": "rpent_agents.features.builtin",
     "BuiltinVLAConfig": "rpent_agents.features.builtin",
     "PI05FeatureModel": "rpent_agents.features.pi05",
+    "PI05Options": "rpent_agents.features.pi05_options",
     "RemoteFeatureModel": "rpent_agents.features.remote",
     "RLToken": "rpent_agents.features.rl_token",
     "RLTokenConfig": "rpent_agents.features.rl_token",
@@ -61,17 +62,4 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import the module that defines `name` on first access (PEP 562)."""
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value  # later accesses skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    """The module's names, the lazy exports included."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

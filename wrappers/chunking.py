@@ -30,6 +30,12 @@ import numpy as np
 
 from rpent_envs.image_demand import image_demand_of
 from rpent_envs.state_checks import INVALID_STATE_KEY, non_finite_entries
+from wrappers.info_keys import (
+    CHUNK_LEN_KEY,
+    CHUNK_REWARDS_KEY,
+    EXECUTED_ACTION_KEY,
+    STEP_INFOS_KEY,
+)
 
 logger = logging.getLogger(__name__)
 StepPolicy = Callable[[Any], np.ndarray]
@@ -91,15 +97,48 @@ class ChunkResult:
         """The last step's info plus the chunk keys every chunked wrapper reports.
 
         `chunk_rewards` (per-step rewards, for chunked TD), `chunk_len` (steps executed),
-        `executed_action` ((chunk_len, A) as executed) and `step_infos` (every step's info).
+        `executed_action` ((chunk_len, A) as executed) and `step_infos` (every step's info);
+        `wrappers.info_keys` names them.
         """
         return {
             **self.info,
-            "chunk_rewards": np.asarray(self.rewards, dtype=np.float32),
-            "chunk_len": len(self.rewards),
-            "executed_action": self.executed_actions,
-            "step_infos": self.step_infos,
+            CHUNK_REWARDS_KEY: np.asarray(self.rewards, dtype=np.float32),
+            CHUNK_LEN_KEY: len(self.rewards),
+            EXECUTED_ACTION_KEY: self.executed_actions,
+            STEP_INFOS_KEY: self.step_infos,
         }
+
+    @classmethod
+    def from_chunk_info(
+        cls, observation: Any, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> ChunkResult:
+        """The result of a chunk that an executor below reported with `chunk_info()`.
+
+        Args:
+            observation: The observation the executor returned after the chunk.
+            terminated: Whether the chunk ended the episode by termination.
+            truncated: Whether the chunk ended the episode by truncation.
+            info: The executor's info: a `chunk_info()`.
+
+        Raises:
+            KeyError: When `info` lacks the executed actions, the step infos or the rewards.
+        """
+        missing = {EXECUTED_ACTION_KEY, STEP_INFOS_KEY, CHUNK_REWARDS_KEY} - set(info)
+        if missing:
+            raise KeyError(
+                f"the chunk executor below returned no {sorted(missing)} in its info; a chunked "
+                "wrapper above it needs the executed actions and every step's info "
+                "(ChunkResult.chunk_info)"
+            )
+        return cls(
+            observation,
+            rewards=[float(reward) for reward in info[CHUNK_REWARDS_KEY]],
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            info=dict(info),
+            executed_actions=np.asarray(info[EXECUTED_ACTION_KEY], dtype=np.float32),
+            step_infos=info[STEP_INFOS_KEY],
+        )
 
 
 def execute_chunk(

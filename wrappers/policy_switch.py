@@ -26,6 +26,19 @@ from tqdm import tqdm
 
 from recorders.provenance import provenance_of
 from wrappers.chunking import ChunkResult, StepPolicy, execute_chunk
+from wrappers.info_keys import (
+    ACTION_SOURCE_KEY,
+    ACTOR_SWITCH_KEY,
+    EXECUTED_ACTION_KEY,
+    INTERVENE_FLAG_KEY,
+    INTERVENTION_REQUESTED_KEY,
+    NEXT_ACTION_SOURCE_KEY,
+    RECORD_TRANSITION_KEY,
+    RLT_POLICY_SWITCH_EVENT_KEY,
+    RLT_SWITCH_FLAGS_KEY,
+    SKIPPED_CHUNKS_KEY,
+    SKIPPED_REWARD_KEY,
+)
 from wrappers.takeover import ExpertTakeover
 from wrappers.triggers import SwitchEvent, SwitchTrigger
 
@@ -38,15 +51,17 @@ DEFAULT_HORIZON = 10
 RESET_PROGRESS_DELAY_S = 5.0
 """A drop-in reset running longer than this shows a progress bar (chunks, episodes) on stderr."""
 SWITCH_INFO_KEYS: tuple[str, ...] = (
-    "rlt_switch_flags",
-    "rlt_policy_switch_event",
-    "actor_switch",
-    "record_transition",
-    "intervention_requested",
-    "intervene_flag",
-    "executed_action",
-    "action_source",
+    RLT_SWITCH_FLAGS_KEY,
+    RLT_POLICY_SWITCH_EVENT_KEY,
+    ACTOR_SWITCH_KEY,
+    RECORD_TRANSITION_KEY,
+    INTERVENTION_REQUESTED_KEY,
+    INTERVENE_FLAG_KEY,
+    EXECUTED_ACTION_KEY,
+    ACTION_SOURCE_KEY,
+    NEXT_ACTION_SOURCE_KEY,
 )
+"""The keys the switch adds to every step's and reset's info (`wrappers.info_keys`)."""
 
 
 class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -244,7 +259,11 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 "reset ran %d chunks (%d episodes ended) in %.0f s before the actor's turn",
                 skipped_chunks, ended_episodes, elapsed_s,
             )  # fmt: skip
-        info = {**self._info, "skipped_chunks": skipped_chunks, "skipped_reward": skipped_reward}
+        info = {
+            **self._info,
+            SKIPPED_CHUNKS_KEY: skipped_chunks,
+            SKIPPED_REWARD_KEY: skipped_reward,
+        }
         return self._observation, info
 
     def _run_chunk(self, actor_action: Any) -> tuple[ChunkResult, dict[str, Any]]:
@@ -291,23 +310,8 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if self._step_chunk is None:
             result = execute_chunk(self.env, self._observation, chunk, self.horizon)
             return result, result.chunk_info()
-        observation, reward, terminated, truncated, info = self._step_chunk(chunk)
-        missing = {"executed_action", "step_infos", "chunk_rewards"} - set(info)
-        if missing:
-            raise KeyError(
-                f"step_chunk of the wrapper below returned no {sorted(missing)} in its info; "
-                "PolicySwitch needs the executed actions and every step's info"
-            )
-        result = ChunkResult(
-            observation,
-            rewards=[float(reward) for reward in info["chunk_rewards"]],
-            terminated=bool(terminated),
-            truncated=bool(truncated),
-            info=info,
-            executed_actions=np.asarray(info["executed_action"], dtype=np.float32),
-            step_infos=info["step_infos"],
-        )
-        return result, dict(info)
+        observation, _, terminated, truncated, info = self._step_chunk(chunk)
+        return ChunkResult.from_chunk_info(observation, terminated, truncated, info), dict(info)
 
     def _update_switch(self, step_infos: Sequence[Mapping[str, Any]]) -> SwitchEvent | None:
         update = self.trigger.update(step_infos)
@@ -325,15 +329,15 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         event: SwitchEvent | None,
     ) -> dict[str, Any]:
         return {
-            "rlt_switch_flags": self._switch_on,
-            "rlt_policy_switch_event": event,
-            "actor_switch": source == "actor",
-            "record_transition": decided_in_critical_phase,
-            "intervention_requested": decided_takeover,
-            "intervene_flag": source == "expert",
-            "executed_action": executed_actions,
-            "action_source": source,
-            "next_action_source": self.next_action_source,
+            RLT_SWITCH_FLAGS_KEY: self._switch_on,
+            RLT_POLICY_SWITCH_EVENT_KEY: event,
+            ACTOR_SWITCH_KEY: source == "actor",
+            RECORD_TRANSITION_KEY: decided_in_critical_phase,
+            INTERVENTION_REQUESTED_KEY: decided_takeover,
+            INTERVENE_FLAG_KEY: source == "expert",
+            EXECUTED_ACTION_KEY: executed_actions,
+            ACTION_SOURCE_KEY: source,
+            NEXT_ACTION_SOURCE_KEY: self.next_action_source,
         }
 
     def _chunk_shape(self, horizon: int | None) -> tuple[int, int]:

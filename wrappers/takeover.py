@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rpent_envs.maniskill.critical_phase import GraspStreak, HoleSignals, HoleWindow
+from rpent_envs.maniskill.critical_phase import GraspStreak, HoleSignals, PegWindow
 from wrappers.chunking import StepPolicy, state_step_policy
 
 logger = logging.getLogger(__name__)
@@ -51,20 +51,20 @@ class ProgressRecord:
 class ExpertTakeover:
     """Latch a closed-loop expert in control after `stuck_chunks_before_takeover` stalled chunks.
 
-    A chunk is eligible when the actor's critical phase is on, the peg has been grasped for at
-    least `min_grasp_steps` steps (with `require_grasp`), the task is not solved and the peg head
-    is near the hole (x >= `near_hole_x_min`, |y|, |z| <= `near_hole_yz_margin` x radius; a
-    window bound of None is no bound). `ExpertTakeover.whole_critical_phase(expert)` makes
-    every stalled chunk of the critical phase eligible (no window, no grasp needed). The
-    first eligible chunk records the best progress; every later one makes progress when its
+    A chunk is eligible when the actor's critical phase is on, the task is not solved and the
+    peg is inside the takeover's `window` (`rpent_envs.maniskill.critical_phase.PegWindow`; by
+    default the reference's: grasped for at least 5 steps, the peg head at x >= -0.10 m and
+    |y|, |z| <= 2 x radius). `ExpertTakeover.whole_critical_phase(expert)` makes every stalled
+    chunk of the critical phase eligible (`PegWindow.anywhere()`: no bound, no grasp needed).
+    The first eligible chunk records the best progress; every later one makes progress when its
     head x beats the best by `min_x_progress_m`, its yz distance sqrt(y^2 + z^2) by
     `min_yz_progress_m`, or its score x - `progress_yz_weight` x yz by `min_score_progress_m`.
     A chunk that is not eligible restarts the count. With `ungrasped_chunks_before_takeover`
-    set, an eligible chunk that ends with the peg not held (grasped for fewer than
-    `min_grasp_steps` steps) is judged by that deadline instead of by progress (a peg lying on
-    the table does not move while the gripper approaches it): that many ungrasped chunks in a
-    row latch the expert (a missed grasp, a dropped peg). Once latched, the expert drives until
-    success or the episode ends.
+    set, an eligible chunk that ends with the peg not held (grasped for fewer than the
+    window's `min_grasp_steps` steps) is judged by that deadline instead of by progress (a peg
+    lying on the table does not move while the gripper approaches it): that many ungrasped
+    chunks in a row latch the expert (a missed grasp, a dropped peg). Once latched, the expert
+    drives until success or the episode ends.
 
     Example:
         >>> from rpent_envs.maniskill.expert import PegInsertionExpert  # any object with act()
@@ -76,46 +76,46 @@ class ExpertTakeover:
         self,
         expert: Any,
         *,
-        near_hole_x_min: float | None = -0.10,
-        near_hole_yz_margin: float | None = 2.0,
+        window: PegWindow | None = None,
         stuck_chunks_before_takeover: int = 3,
         min_x_progress_m: float = 0.003,
         min_yz_progress_m: float = 0.0015,
         min_score_progress_m: float = 0.002,
         progress_yz_weight: float = 1.0,
-        require_grasp: bool = True,
-        min_grasp_steps: int = 5,
         ungrasped_chunks_before_takeover: int | None = None,
+        **window_keywords: Any,
     ) -> None:
         """Configure the takeover.
 
         Args:
             expert: Object with `act()` -> action (reads its own state, e.g. the scripted peg
                 expert) or a step policy observation -> action.
-            near_hole_x_min: Smallest peg-head x in the hole frame (m) for eligibility
-                (None: no bound).
-            near_hole_yz_margin: Largest |y| and |z| of the peg head, in hole radii (None: no
-                bound).
+            window: Where the peg must be, and held, for a chunk to be eligible; None:
+                `PegWindow.takeover_reference()`.
             stuck_chunks_before_takeover: Consecutive stalled chunks that latch the expert.
             min_x_progress_m: Gain in head x over the best that counts as progress.
             min_yz_progress_m: Drop in yz distance below the best that counts as progress.
             min_score_progress_m: Gain in the combined score that counts as progress.
             progress_yz_weight: Weight of the yz distance in the score.
-            require_grasp: Eligible only while the peg is held.
-            min_grasp_steps: Consecutive grasped steps that count as held.
             ungrasped_chunks_before_takeover: Consecutive eligible chunks ending with the peg
                 not held that latch the expert (None: held or not, progress decides).
+            **window_keywords: Fields of `window` to change (`PegWindow.KEYWORDS`):
+                `near_hole_x_min` (smallest peg-head x in the hole frame, m; None: no bound),
+                `near_hole_yz_margin` (largest |y| and |z| of the peg head, in hole radii;
+                None: no bound), `require_grasp` (eligible only while the peg is held) and
+                `min_grasp_steps` (consecutive grasped steps that count as held).
+
+        Raises:
+            TypeError: For a keyword that is not one of `PegWindow.KEYWORDS`.
         """
         self.step_policy: StepPolicy = as_step_policy(expert)
-        self.near_hole_x_min = near_hole_x_min
-        self.near_hole_yz_margin = near_hole_yz_margin
+        window = window or PegWindow.takeover_reference()
+        self.window = window.with_keywords("ExpertTakeover", **window_keywords)
         self.stuck_chunks_before_takeover = max(1, stuck_chunks_before_takeover)
         self.min_x_progress_m = min_x_progress_m
         self.min_yz_progress_m = min_yz_progress_m
         self.min_score_progress_m = min_score_progress_m
         self.progress_yz_weight = progress_yz_weight
-        self.require_grasp = require_grasp
-        self.min_grasp_steps = min_grasp_steps
         self.ungrasped_chunks_before_takeover = ungrasped_chunks_before_takeover
         self.grasp_streak = GraspStreak()
         self.reset()
@@ -124,19 +124,15 @@ class ExpertTakeover:
     def whole_critical_phase(cls, expert: Any, **kwargs: Any) -> ExpertTakeover:
         """A takeover for every stall of the critical phase, wherever the peg is.
 
-        The reference window (x >= -0.10 m in the hole frame, |y|, |z| <= 2 radii, grasped)
-        misses most stalls of peg insertion: for boxes longer than 0.10 m the face of the box
-        lies below -0.10 m, and a jammed or dropped peg drifts out of the y/z margin. A peg
-        not held is judged by `ungrasped_chunks_before_takeover` (default 3 chunks): a
-        dropped peg, or a missed grasp when the phase starts before the grasp.
+        The reference window (`PegWindow.takeover_reference()`: x >= -0.10 m in the hole
+        frame, |y|, |z| <= 2 radii, grasped) misses most stalls of peg insertion: for boxes
+        longer than 0.10 m the face of the box lies below -0.10 m, and a jammed or dropped peg
+        drifts out of the y/z margin. A peg not held is judged by
+        `ungrasped_chunks_before_takeover` (default 3 chunks): a dropped peg, or a missed grasp
+        when the phase starts before the grasp.
         """
-        window = {
-            "near_hole_x_min": None,
-            "near_hole_yz_margin": None,
-            "require_grasp": False,
-            "ungrasped_chunks_before_takeover": 3,
-        }
-        return cls(expert, **(window | kwargs))
+        defaults = {"window": PegWindow.anywhere(), "ungrasped_chunks_before_takeover": 3}
+        return cls(expert, **(defaults | kwargs))
 
     def reset(self) -> None:
         """Release the expert and forget progress (a new episode)."""
@@ -162,7 +158,7 @@ class ExpertTakeover:
             self.stalled_chunks, self.best, self.ungrasped_chunks = 0, None, 0
             return False
         deadline = self.ungrasped_chunks_before_takeover
-        if deadline is not None and grasp_steps < self.min_grasp_steps:
+        if deadline is not None and not self.window.held(grasp_steps):
             self.stalled_chunks, self.best = 0, None  # progress restarts at the next grasp
             self.ungrasped_chunks += 1
             self.active = self.ungrasped_chunks >= deadline
@@ -190,9 +186,7 @@ class ExpertTakeover:
     def _eligible(self, signals: HoleSignals, grasp_steps: int, in_critical_phase: bool) -> bool:
         if not in_critical_phase or signals.success:
             return False
-        if self.require_grasp and grasp_steps < self.min_grasp_steps:
-            return False
-        return HoleWindow(self.near_hole_x_min, self.near_hole_yz_margin).contains(signals)
+        return self.window.contains(signals, grasp_steps)
 
     def _progress_of(self, signals: HoleSignals) -> ProgressRecord:
         yz_distance_m = math.hypot(signals.head_abs_y_m, signals.head_abs_z_m)

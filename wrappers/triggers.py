@@ -5,7 +5,8 @@ chunk. `KeyboardTrigger` listens for an operator's key press (real robot or simu
 `AutoGate` opens on the peg-insertion critical phase computed from the env's info signals
 (`is_grasped`, `success`, `peg_head_pos_at_hole`, `hole_radius`), never from simulator
 internals, so any env that reports those signals can use it; the peg task reads them and
-holds the geometry of its window (`rpent_envs.maniskill.critical_phase`).
+holds the geometry of its window, which the gate takes as a value
+(`rpent_envs.maniskill.critical_phase.PegWindow`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from rpent_envs.maniskill.critical_phase import (
     GraspStreak,
     HoleSignals,
-    HoleWindow,
+    PegWindow,
     require_info_keys,
 )
 
@@ -247,12 +248,12 @@ class KeyboardTrigger:
 class AutoGate:
     """Automatic critical-phase gate of peg insertion (reference RLT defaults).
 
-    Opens when, at the end of a chunk, the peg has been grasped for at least `min_grasp_steps`
-    consecutive steps, the task is not yet solved, and the peg head is near the hole: x (hole
-    frame) >= `near_hole_x_min` and |y|, |z| <= `near_hole_yz_margin` x hole radius. With
-    `latch_until_done` it stays open until the episode ends; otherwise it follows the
-    conditions chunk by chunk. `trigger_mode="always_on"` gives the actor every chunk from
-    the start of the episode.
+    Opens when, at the end of a chunk, the peg is inside its `window`
+    (`rpent_envs.maniskill.critical_phase.PegWindow`; by default the reference's: grasped for
+    at least 5 consecutive steps, the peg head at x (hole frame) >= -0.16 m and |y|, |z| <=
+    1.5 x hole radius) and the task is not yet solved. With `latch_until_done` it stays open
+    until the episode ends; otherwise it follows the conditions chunk by chunk.
+    `trigger_mode="always_on"` gives the actor every chunk from the start of the episode.
 
     A second entry, off by default: with `missed_grasp_chunks` set, the gate also opens when
     that many chunks in a row have ended without the peg held (a missed or lost grasp), so the
@@ -273,27 +274,33 @@ class AutoGate:
     def __init__(
         self,
         *,
-        near_hole_x_min: float = -0.16,
-        near_hole_yz_margin: float = 1.5,
-        min_grasp_steps: int = 5,
-        require_grasp: bool = True,
+        window: PegWindow | None = None,
         require_not_success: bool = True,
         latch_until_done: bool = True,
         trigger_mode: TriggerMode = "auto",
         missed_grasp_chunks: int | None = None,
+        **window_keywords: Any,
     ) -> None:
         """Configure the gate.
 
         Args:
-            near_hole_x_min: Smallest peg-head x in the hole frame (m) that counts as near.
-            near_hole_yz_margin: Largest |y| and |z| of the peg head, in hole radii.
-            min_grasp_steps: Consecutive grasped steps needed when `require_grasp`.
-            require_grasp: Open only while the peg is held.
+            window: Where the peg must be, and held, at a chunk's end for the gate to open;
+                None: `PegWindow.gate_reference()`.
             require_not_success: Never open once the task is solved.
             latch_until_done: Stay open until the episode ends once opened.
             trigger_mode: "auto" (the conditions above) or "always_on".
             missed_grasp_chunks: Also open after this many chunks in a row ending without
-                the peg held (for `min_grasp_steps`), the task not solved; None: never.
+                the peg held (for the window's `min_grasp_steps`), the task not solved; None:
+                never.
+            **window_keywords: Fields of `window` to change (`PegWindow.KEYWORDS`):
+                `near_hole_x_min` (smallest peg-head x in the hole frame, m),
+                `near_hole_yz_margin` (largest |y| and |z| of the peg head, in hole radii),
+                `require_grasp` (open only while the peg is held) and `min_grasp_steps`
+                (consecutive grasped steps that count as held).
+
+        Raises:
+            ValueError: For an unknown `trigger_mode` or `missed_grasp_chunks` below 1.
+            TypeError: For a keyword that is not one of `PegWindow.KEYWORDS`.
         """
         if trigger_mode not in ("auto", "always_on"):
             raise ValueError(f"trigger_mode={trigger_mode!r}: use 'auto' or 'always_on'")
@@ -301,10 +308,8 @@ class AutoGate:
             raise ValueError(
                 f"missed_grasp_chunks={missed_grasp_chunks}: use None (off) or at least 1 chunk"
             )
-        self.near_hole_x_min = near_hole_x_min
-        self.near_hole_yz_margin = near_hole_yz_margin
-        self.min_grasp_steps = min_grasp_steps
-        self.require_grasp = require_grasp
+        window = window or PegWindow.gate_reference()
+        self.window = window.with_keywords("AutoGate", **window_keywords)
         self.require_not_success = require_not_success
         self.latch_until_done = latch_until_done
         self.trigger_mode = trigger_mode
@@ -325,8 +330,7 @@ class AutoGate:
         grasp_steps = self.grasp_streak.observe(step_infos, "AutoGate")
         if self.trigger_mode == "always_on":
             return SwitchUpdate(True)
-        held = grasp_steps >= self.min_grasp_steps
-        self.ungrasped_chunks = 0 if held else self.ungrasped_chunks + 1
+        self.ungrasped_chunks = 0 if self.window.held(grasp_steps) else self.ungrasped_chunks + 1
         enter = self.conditions_hold(step_infos[-1], grasp_steps) or self.grasp_missed(
             step_infos[-1]
         )
@@ -340,11 +344,9 @@ class AutoGate:
     def conditions_hold(self, info: Mapping[str, Any], grasp_steps: int) -> bool:
         """The entry conditions for one step's info and the grasp streak up to that step."""
         signals = HoleSignals.from_info(info, "AutoGate")
-        if self.require_grasp and grasp_steps < self.min_grasp_steps:
-            return False
         if self.require_not_success and signals.success:
             return False
-        return HoleWindow(self.near_hole_x_min, self.near_hole_yz_margin).contains(signals)
+        return self.window.contains(signals, grasp_steps)
 
     def grasp_missed(self, info: Mapping[str, Any]) -> bool:
         """The missed-grasp entry: `missed_grasp_chunks` ungrasped chunks, not yet solved."""

@@ -17,7 +17,7 @@
 #      recorded with the fused RL token, against eager) and test_graphed_cuda.py (the built-in
 #      model's CUDA graphs) and test_compile_cache_cuda.py (a start from the cache starts no
 #      compile workers);
-#   3b. baseline: step 1's fast and in-process paths with --no-grouped-attention (Gemma's
+#   3b. baseline: step 1's fast and in-process paths with --grouped-attention False (Gemma's
 #      key/value head copied to every query head, as the stock attention does: the library
 #      before grouped_attention), the A/B of the same lease (two more compiles);
 #   4. dynamic_batch: bench/featurize.py's fast path at batch 8 then 64 with --dynamic-batch
@@ -66,7 +66,7 @@ for step in ${STEPS:-first_start remote_repeat tests baseline second_start short
         --jsonl "$job/${card}_remote_repeat.jsonl" --label "server restart, batch 1 three times" ;;
     baseline)
       run_step baseline python3 bench/featurize.py "${common[@]}" --models pi05 \
-        --pi05-paths fast in-process --no-grouped-attention \
+        --pi05-paths fast in-process --grouped-attention False \
         --jsonl "$job/${card}_baseline.jsonl" --label "no-grouped-attention baseline" ;;
     dynamic_batch)
       run_step dynamic_batch python3 bench/featurize.py "${common[@]}" --models pi05 \

@@ -10,79 +10,34 @@ The checkpoint folder is what `lerobot-train` writes for pi0.5 (`config.json`,
 normaliser states). The stock pre-processor names the PaliGemma tokenizer on the hub; here the
 tokenizer always comes from a local folder (`tokenizer_dir`), so nothing is downloaded.
 
-The fast path (on by default on CUDA) runs the same prefix pass and Euler loop through
-`torch.compile`: the batch is padded to a fixed bucket size (its first row repeated); each
-bucket compiles once, or, with `dynamic_batch`, every bucket above 1 shares one compile with a
-symbolic batch dimension. The prefix pass and one Euler step compile apart (`CompiledParts`),
-so the step is traced and lowered once, not once per step. On CUDA each bucket's whole call
-(the prefix pass, the ten Euler steps and, when an `RLTFeaturizer` fused its RL token into the
-model, `fuse_rl_token`, the RL token over the prefix) is then recorded as one CUDA graph on
-static input buffers (`cuda_graph`) and replayed in one launch: torch's "reduce-overhead" mode
-recorded eleven graphs, checked their inputs in Python at each replay and left the device
-idle 3.9 of 30 ms at batch 1, and the RL token after them ran eagerly. On the fast path
-of a bf16 policy the SigLIP tower and its projector, which LeRobot keeps in fp32, run under bf16
-autocast, as openpi runs them (`bf16_vision`): in fp32 they took 41% of a batch-64 call on the
-H200. The first call of each bucket pays the compile and capture; the compile is kept in RPent's
-compile cache (`features.compile_cache`: `~/.cache/rpent/compile` by default), so the next
-process on the same machine loads it instead. `warmup` tells, per bucket, the seconds, whether
-they compiled, came from the cache or were shared with a bucket warmed up before, and the
-first-ever compile's seconds.
-With `compile_mode="reduce-overhead"` (and `cuda_graph=False`) torch records the graphs
-itself; with torch 2.11 those replay only in the thread that compiled them
-(pytorch/pytorch#123177). The graphs of `cuda_graph` replay from any thread, one call at a time.
+The fast path (on by default on CUDA) runs the same prefix pass and Euler loop compiled, per
+batch bucket, each bucket's whole call one CUDA graph on CUDA (`features.pi05_fast_path`); its
+speed options are one `PI05Options` (`features.pi05_options`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
-from rpent_agents.features.buckets import BATCH_BUCKETS, bucket_size, checked_buckets
-from rpent_agents.features.compile_cache import (
-    BucketWarmup,
-    CompileCache,
-    default_cache_root,
-    device_kind,
+from rpent_agents.features.buckets import bucket_size
+from rpent_agents.features.compile_cache import BucketWarmup
+from rpent_agents.features.pi05_fast_path import (
+    CompiledParts,
+    PI05FastPath,
+    cache_tensors,
+    mark_batch_dynamic,
 )
-from rpent_agents.features.cuda_graphs import CapturedGraph, capture
-from rpent_agents.features.precomputed import (
-    fast_routes,
-    install_bf16_vision_copies,
-    install_grouped_query_attention,
-    install_modulation_tables,
-)
+from rpent_agents.features.pi05_options import PI05Options
 from rpent_agents.features.protocol import PrefixEncoder, PrefixFeatures
 
-logger = logging.getLogger(__name__)
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
 RAW_CAMERA_KEYS = ("image", "wrist_image")
-# The PI05Config fields that shape the compiled graph (with the weights' names, shapes, dtypes)
-COMPILED_CONFIG_FIELDS = (
-    "chunk_size",
-    "max_action_dim",
-    "max_state_dim",
-    "num_inference_steps",
-    "tokenizer_max_length",
-    "image_resolution",
-    "input_features",
-    "output_features",
-    "empty_cameras",
-    "min_period",
-    "max_period",
-)
-# Without `cuda_graph`, a bucket's first call compiles (and, in "reduce-overhead", runs the
-# CUDA-graph warm-up), its second records torch's graphs; later calls replay them.
-WARMUP_CALLS = 2
-# The compile cache's name of the graphs every bucket above 1 shares (`dynamic_batch`)
-DYNAMIC_BATCH_GRAPHS = "dynamic-batch"
 
 
 def _require_lerobot_pi() -> None:
@@ -95,30 +50,6 @@ def _require_lerobot_pi() -> None:
         ) from error
 
 
-class CompiledParts(NamedTuple):
-    """The fast path's two compiled functions: the prefix pass and one Euler step.
-
-    Compiled apart, the Euler step is traced and lowered once and run `num_inference_steps`
-    times, instead of ten unrolled copies in one graph: a third of the compile on the CPU.
-    """
-
-    prefix_pass: Callable[..., tuple[Any, ...]]
-    euler_step: Callable[..., torch.Tensor]
-
-
-class CapturedBucket(NamedTuple):
-    """One bucket's whole fast call as a CUDA graph (`cuda_graph`).
-
-    Attributes:
-        inputs: The static inputs the graph reads (the padded batch), filled before a replay.
-        captured: The graph; its outputs are the prefix tokens, pad mask, chunk and, with a
-            fused RL token, `z_rl`.
-    """
-
-    inputs: tuple[torch.Tensor, ...]
-    captured: CapturedGraph[tuple[torch.Tensor, ...]]
-
-
 class PI05FeatureModel:
     """pi0.5 (LeRobot `PI05Policy`) seen as a `FeatureModel`.
 
@@ -127,17 +58,8 @@ class PI05FeatureModel:
     `state` -> `observation.state`; the instruction is the task prompt.
 
     Attributes:
-        fast_path: Whether featurization runs compiled (see the module doc).
-        cuda_graph: Whether each bucket's whole fast call is one CUDA graph of RPent's.
-        bf16_vision: Whether the SigLIP tower and projector run under bf16 autocast.
-        precompute: Whether fast calls read precomputed adaRMS modulations (and bf16 copies
-            of the vision weights) instead of recomputing them (`features.precomputed`).
-        grouped_attention: Whether fast calls attend without copying the key/value heads.
-        prompt_slots: Prompt token slots kept for the prefix pass (None: all of them).
-        dynamic_batch: Whether the buckets above 1 share one compiled graph.
-        warmup: Per batch bucket warmed up in this process, its `BucketWarmup` (seconds,
-            "compiled", "cache" or "shared", the first-ever compile's seconds).
-        compile_cache_dir: Root of the compile cache this model reads and writes.
+        options: How it runs (fast path, CUDA graph, buckets, ...), every None of the given
+            `PI05Options` decided for this policy (`PI05Options.resolved`).
 
     Example:
         >>> model = PI05FeatureModel.from_checkpoint("ckpt/pi05_peg", "tokenizers/paligemma")
@@ -150,17 +72,8 @@ class PI05FeatureModel:
         policy: Any,
         preprocessor: Any,
         postprocessor: Any,
+        options: PI05Options | None = None,
         camera_keys: Mapping[str, str] | None = None,
-        fast_path: bool | None = None,
-        compile_mode: str | None = None,
-        batch_buckets: Sequence[int] = BATCH_BUCKETS,
-        compile_cache_dir: Path | None = None,
-        bf16_vision: bool | None = None,
-        prompt_slots: int | None = None,
-        dynamic_batch: bool = False,
-        cuda_graph: bool | None = None,
-        precompute: bool | None = None,
-        grouped_attention: bool | None = None,
     ) -> None:
         """Wrap a loaded policy and its processor pipelines (see `from_checkpoint`).
 
@@ -168,46 +81,12 @@ class PI05FeatureModel:
             policy: A LeRobot `PI05Policy`, already on its device and dtype.
             preprocessor: Its pre-processor pipeline (raw batch -> policy inputs).
             postprocessor: Its post-processor pipeline (normalised chunk -> env units).
+            options: Its speed options (`PI05Options`); None: every default.
             camera_keys: Raw camera key -> policy image feature.
-            fast_path: Compile the prefix pass and the Euler loop; None: on CUDA only.
-            compile_mode: `torch.compile` mode; None: "default" (the CUDA graphs are
-                `cuda_graph`'s). "reduce-overhead" records torch's own graphs instead and
-                needs `cuda_graph=False`.
-            batch_buckets: Batch sizes the fast path pads to (a larger batch pads to a
-                multiple of the largest); each compiles once, so fewer buckets compile faster.
-            compile_cache_dir: Root of the compile cache; None: `$RPENT_COMPILE_CACHE_DIR`,
-                else `~/.cache/rpent/compile` (`features.compile_cache`).
-            bf16_vision: Run the SigLIP tower and its projector (fp32 weights in LeRobot)
-                under bf16 autocast; None: on the fast path when the language model's
-                weights are bf16. False keeps the stock fp32 vision path.
-            prompt_slots: Keep only the first `prompt_slots` of the tokenizer's
-                `tokenizer_max_length` prompt slots (200 for pi0.5). The prompt is padded on
-                the right and padding changes no real token's output, so a prefix shortened to
-                what prompts fill gives the same features for less compute. A prompt longer
-                than this is refused. None keeps every slot.
-            dynamic_batch: Compile one graph, with a symbolic batch dimension, for every
-                bucket above 1 (dynamo specialises a batch of 1 anyway), instead of one per
-                bucket: the default seven buckets compile twice, not seven times. Each bucket
-                still records CUDA graphs of its own. Off by default: on the CPU its kernels
-                ran 9-19% slower than static ones (the H200 is not measured yet).
-            cuda_graph: Record each bucket's whole fast call (with a fused RL token) as one
-                CUDA graph; None: on the fast path on CUDA, unless `compile_mode` is
-                "reduce-overhead".
-            precompute: Compute once what each fast call recomputed from fixed weights
-                (`features.precomputed`): the action expert's adaRMS modulations at the Euler
-                loop's times and, with `bf16_vision`, bf16 copies of the SigLIP tower's
-                Linear weights (+0.8 GB for the full-size model). None: on the fast path.
-                The eager path and the policy's own calls are unchanged.
-            grouped_attention: Run the Gemma attention of the prefix pass and the action
-                expert with each key/value head read in place by its query heads, not copied
-                to each (`precomputed.grouped_query_attention`); None: on the fast path.
 
         Raises:
-            ValueError: When `camera_keys` names a feature the policy lacks,
-                `batch_buckets` is empty or holds a size below 1, or `prompt_slots` is not
-                between 1 and the policy's `tokenizer_max_length`, or `cuda_graph` is asked
-                for off the fast path, off CUDA or with "reduce-overhead", or `precompute`
-                or `grouped_attention` off the fast path.
+            ValueError: When `camera_keys` names a feature the policy lacks, or `options`
+                cannot run on this policy (`PI05Options.resolved`).
         """
         self.policy = policy.eval()
         self.preprocessor = preprocessor
@@ -223,60 +102,18 @@ class PI05FeatureModel:
         self.prefix_dim = _prefix_width(policy)
         self.chunk_len = policy.config.chunk_size
         self.action_dim = policy.config.output_features["action"].shape[0]
-        on_cuda = self.device.type == "cuda"
-        self.fast_path = on_cuda if fast_path is None else fast_path
-        self.compile_mode = compile_mode or "default"
-        own_graphs = self.fast_path and on_cuda and self.compile_mode != "reduce-overhead"
-        if cuda_graph and not own_graphs:
-            raise ValueError(
-                f"cuda_graph=True needs the fast path on CUDA and a compile_mode other than "
-                f"'reduce-overhead' (fast_path={self.fast_path}, device {self.device}, "
-                f"compile_mode={self.compile_mode!r}): pass cuda_graph=None or False"
-            )
-        self.cuda_graph = own_graphs if cuda_graph is None else cuda_graph
-        self._graphs: dict[int, CapturedBucket] = {}
-        self._graph_pool = torch.cuda.graph_pool_handle() if self.cuda_graph else None
-        self._rl_token_encoder: PrefixEncoder | None = None
         bf16_policy = _language_model_dtype(policy) == torch.bfloat16
-        self.bf16_vision = self.fast_path and bf16_policy if bf16_vision is None else bf16_vision
-        slots = policy.config.tokenizer_max_length
-        if prompt_slots is not None and not 1 <= prompt_slots <= slots:
-            raise ValueError(
-                f"prompt_slots={prompt_slots}: pass a number of prompt slots from 1 to the "
-                f"policy's tokenizer_max_length ({slots}), or None for all of them"
-            )
-        self.prompt_slots = prompt_slots
-        for name, value in (("precompute", precompute), ("grouped_attention", grouped_attention)):
-            if value and not self.fast_path:
-                raise ValueError(
-                    f"{name}=True serves the fast path only (fast_path=False here): pass "
-                    f"{name}=None or False, or fast_path=True"
-                )
-        self.precompute = self.fast_path if precompute is None else precompute
-        self.grouped_attention = self.fast_path if grouped_attention is None else grouped_attention
-        self._fast_route_modules: list[torch.nn.Module] = []
-        if self.precompute:
-            self._fast_route_modules += install_modulation_tables(policy, self._euler_times)
-            if self.bf16_vision:
-                self._fast_route_modules += install_bf16_vision_copies(policy)
-        if self.grouped_attention:
-            self._fast_route_modules += install_grouped_query_attention(policy)
-        self.dynamic_batch = dynamic_batch
-        self.batch_buckets = checked_buckets(batch_buckets)
-        self.compile_cache_dir = Path(compile_cache_dir or default_cache_root())
-        self.warmup: dict[int, BucketWarmup] = {}
-        # None: static shapes but for the dims marked dynamic (`_mark_batch_dynamic`)
-        dynamic = None if dynamic_batch else False
-        self._compiled = (
-            CompiledParts(
-                prefix_pass=torch.compile(
-                    self._prefix_pass, mode=self.compile_mode, dynamic=dynamic
-                ),
-                euler_step=torch.compile(self._euler_step, mode=self.compile_mode, dynamic=dynamic),
-            )
-            if self.fast_path
-            else None
+        self.options = (options or PI05Options()).resolved(
+            self.device, bf16_policy, policy.config.tokenizer_max_length
         )
+        self._rl_token_encoder: PrefixEncoder | None = None
+        self._compiled: CompiledParts | None = None
+        self._fast: PI05FastPath | None = None
+        if self.options.fast_path:
+            self._compiled = CompiledParts.compiled(
+                self._prefix_pass, self._euler_step, self.options
+            )
+            self._fast = PI05FastPath(policy, self.options, self._bucket_outputs, self._euler_times)
 
     @classmethod
     def from_checkpoint(
@@ -284,22 +121,13 @@ class PI05FeatureModel:
         checkpoint_dir: Path,
         tokenizer_dir: Path,
         device: str = "cpu",
+        options: PI05Options | None = None,
         camera_keys: Mapping[str, str] | None = None,
-        fast_path: bool | None = None,
-        batch_buckets: Sequence[int] = BATCH_BUCKETS,
-        compile_cache_dir: Path | None = None,
-        bf16_vision: bool | None = None,
-        prompt_slots: int | None = None,
-        dynamic_batch: bool = False,
-        cuda_graph: bool | None = None,
-        precompute: bool | None = None,
-        grouped_attention: bool | None = None,
     ) -> PI05FeatureModel:
         """Load a pi0.5 checkpoint folder and its processors, tokenizer from `tokenizer_dir`.
 
-        `camera_keys`, `fast_path` (None: compiled on CUDA, eager elsewhere), `batch_buckets`,
-        `compile_cache_dir`, `bf16_vision`, `prompt_slots`, `dynamic_batch`, `cuda_graph`,
-        `precompute` and `grouped_attention` as in the constructor.
+        `options` (None: every default, so compiled on CUDA, eager elsewhere) and
+        `camera_keys` as in the constructor.
 
         Raises:
             FileNotFoundError: When a checkpoint or tokenizer file is missing.
@@ -337,25 +165,20 @@ class PI05FeatureModel:
             to_transition=policy_action_to_transition,
             to_output=transition_to_policy_action,
         )
-        return cls(
-            policy.to(device),
-            preprocessor,
-            postprocessor,
-            camera_keys,
-            fast_path,
-            batch_buckets=batch_buckets,
-            compile_cache_dir=compile_cache_dir,
-            bf16_vision=bf16_vision,
-            prompt_slots=prompt_slots,
-            dynamic_batch=dynamic_batch,
-            cuda_graph=cuda_graph,
-            precompute=precompute,
-            grouped_attention=grouped_attention,
-        )
+        return cls(policy.to(device), preprocessor, postprocessor, options, camera_keys)
 
     @property
     def device(self) -> torch.device:  # noqa: D102
         return next(self.policy.parameters()).device
+
+    @property
+    def warmup(self) -> dict[int, BucketWarmup]:
+        """Per batch bucket warmed up in this process, its `BucketWarmup`.
+
+        Its seconds, their source ("compiled", "cache" or "shared") and the first-ever
+        compile's seconds; empty off the fast path.
+        """
+        return {} if self._fast is None else self._fast.warmup
 
     @property
     def warmup_s(self) -> dict[int, float]:
@@ -371,21 +194,23 @@ class PI05FeatureModel:
         and the featurizer encodes the prefix itself.
         """
         self._rl_token_encoder = encode
-        self._graphs.clear()
+        if self._fast is not None:
+            self._fast.forget_graphs()
 
     def warm_up(self, batch_sizes: Sequence[int] | None = None) -> dict[int, BucketWarmup]:
         """Compile (or load from the cache) the buckets of `batch_sizes` now, on blank inputs.
 
         Args:
-            batch_sizes: Default: every bucket of `batch_buckets`.
+            batch_sizes: Default: every bucket of `options.batch_buckets`.
 
         Returns:
             `warmup` (bucket -> `BucketWarmup`); nothing runs without the fast path.
         """
-        if not self.fast_path:
+        if not self.options.fast_path:
             return self.warmup
-        for size in batch_sizes or self.batch_buckets:
-            if bucket_size(size, self.batch_buckets) not in self.warmup:
+        buckets = self.options.batch_buckets
+        for size in batch_sizes or buckets:
+            if bucket_size(size, buckets) not in self.warmup:
                 self.featurize([self._blank_observation()] * size, [""] * size)
         return self.warmup
 
@@ -437,7 +262,7 @@ class PI05FeatureModel:
             (tokens.shape[0], config.chunk_size, config.max_action_dim), self.device
         )
         inputs = (*images, *image_masks, tokens, token_mask, noise)
-        run = self._run_fast if self.fast_path else self._prefix_pass_and_chunk
+        run = self._prefix_pass_and_chunk if self._fast is None else self._fast
         prefix_tokens, pad_mask, chunk, *fused_z_rl = run(*inputs)
         ref_chunk = self.postprocessor(chunk[:, :, : self.action_dim])
         return PrefixFeatures(
@@ -456,7 +281,7 @@ class PI05FeatureModel:
         Raises:
             ValueError: When a prompt holds a token past `prompt_slots`.
         """
-        slots = self.prompt_slots
+        slots = self.options.prompt_slots
         if slots is None or slots >= tokens.shape[1]:
             return tokens, token_mask
         if token_mask[:, slots:].any():
@@ -483,18 +308,18 @@ class PI05FeatureModel:
         """
         prefix_pass, euler_step = parts or (self._prefix_pass, self._euler_step)
         # the buckets above 1 share the dynamic-batch graphs (`dynamic_batch`)
-        dynamic = parts is not None and self.dynamic_batch and inputs[0].shape[0] > 1
+        dynamic = parts is not None and self.options.dynamic_batch and inputs[0].shape[0] > 1
         if dynamic:
-            _mark_batch_dynamic(inputs)
+            mark_batch_dynamic(inputs)
         prefix_tokens, pad_mask, cache = prefix_pass(*inputs[:-1])
         if dynamic:
-            _mark_batch_dynamic([pad_mask, *_cache_tensors(cache)])
+            mark_batch_dynamic([pad_mask, *cache_tensors(cache)])
         chunk = noise = inputs[-1]
         for step_time in self._euler_times:
             # A fill, not torch.tensor(): a host-to-device copy would wait for the device.
             time = torch.full((noise.shape[0],), step_time, device=noise.device)
             if dynamic:
-                _mark_batch_dynamic([time])
+                mark_batch_dynamic([time])
             chunk = euler_step(pad_mask, cache, chunk, time)
         return prefix_tokens, pad_mask, chunk
 
@@ -511,7 +336,7 @@ class PI05FeatureModel:
         images, image_masks = list(inputs[:cameras]), list(inputs[cameras : 2 * cameras])
         tokens, token_mask = inputs[2 * cameras :]
         model = self.policy.model
-        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.bf16_vision):
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.options.bf16_vision):
             embeddings, pad_mask, attention = model.embed_prefix(
                 images, image_masks, tokens, token_mask
             )
@@ -546,117 +371,14 @@ class PI05FeatureModel:
         steps = range(self.policy.config.num_inference_steps)
         return [1.0 + step * self._euler_dt for step in steps]
 
-    def _run_fast(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """`_bucket_outputs` on the batch padded to its bucket, cut back to the batch's rows."""
-        count = inputs[0].shape[0]
-        bucket = bucket_size(count, self.batch_buckets)
-        padded = [_pad_rows(tensor, bucket) for tensor in inputs]
-        if bucket not in self.warmup:
-            self._warm_up(bucket, padded)
-        if self.cuda_graph:
-            outputs = self._replayed(bucket, padded)
-        else:
-            torch.compiler.cudagraph_mark_step_begin()
-            outputs = self._bucket_outputs(*padded)
-        # Cloned: the next replay of the CUDA graphs overwrites their output buffers.
-        return tuple(output[:count].clone() for output in outputs)
-
     def _bucket_outputs(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The compiled `_prefix_pass_and_chunk`, then the fused RL token's `z_rl` if any."""
-        with fast_routes(self._fast_route_modules):
-            outputs = self._prefix_pass_and_chunk(*inputs, parts=self._compiled)
+        outputs = self._prefix_pass_and_chunk(*inputs, parts=self._compiled)
         if self._rl_token_encoder is None:
             return outputs
         prefix_tokens, pad_mask, _ = outputs
         image_token_count = prefix_tokens.shape[1] - inputs[-3].shape[1]  # -3: prompt tokens
         return (*outputs, self._rl_token_encoder(prefix_tokens, pad_mask, image_token_count))
-
-    def _replayed(self, bucket: int, padded: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """The bucket's CUDA graph replayed on `padded`."""
-        recorded = self._captured_bucket(bucket, padded)
-        for buffer, values in zip(recorded.inputs, padded, strict=True):
-            buffer.copy_(values)
-        return recorded.captured.replay()
-
-    def _captured_bucket(self, bucket: int, padded: Sequence[torch.Tensor]) -> CapturedBucket:
-        """The bucket's whole call recorded on static copies of `padded` at its first call.
-
-        The graphs of every bucket share one memory pool: they never replay at once, and
-        each call clones what it returns.
-        """
-        if bucket not in self._graphs:
-            inputs = tuple(values.clone() for values in padded)
-            captured = capture(lambda: self._bucket_outputs(*inputs), self.device, self._graph_pool)
-            self._graphs[bucket] = CapturedBucket(inputs, captured)
-        return self._graphs[bucket]
-
-    def _warm_up(self, bucket: int, padded: Sequence[torch.Tensor]) -> None:
-        def first_calls() -> None:
-            if self.cuda_graph:  # the capture's warm-up run compiles
-                self._captured_bucket(bucket, padded)
-            else:
-                for _ in range(WARMUP_CALLS):
-                    torch.compiler.cudagraph_mark_step_begin()
-                    self._bucket_outputs(*padded)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()
-
-        cache = CompileCache(self.compile_cache_dir, self._compile_facts())
-        graphs = DYNAMIC_BATCH_GRAPHS if self.dynamic_batch and bucket > 1 else None
-        warmup = self.warmup[bucket] = cache.warm_up(bucket, first_calls, graphs)
-        logger.info(
-            "pi0.5 fast path: batch bucket %d ready in %.1f s (%s, %s%s; first compile %s s; %s)",
-            bucket,
-            warmup.seconds,
-            warmup.source,
-            self.compile_mode,
-            ", one CUDA graph" if self.cuda_graph else "",
-            "unknown" if warmup.first_compile_s is None else f"{warmup.first_compile_s:.1f}",
-            cache.folder,
-        )
-
-    def _compile_facts(self) -> dict[str, Any]:
-        """What shapes the compiled code: the compile cache's key (`features.compile_cache`)."""
-        tensors = [*self.policy.named_parameters(), *self.policy.named_buffers()]
-        layout = [(name, tuple(value.shape), str(value.dtype)) for name, value in tensors]
-        config = self.policy.config
-        return {
-            "model": "pi05",
-            "torch": torch.__version__,
-            "device": device_kind(self.device),
-            "compile_mode": self.compile_mode,
-            "bf16_vision": self.bf16_vision,
-            "prompt_slots": self.prompt_slots,
-            "dynamic_batch": self.dynamic_batch,
-            "precompute": self.precompute,
-            "grouped_attention": self.grouped_attention,
-            "dtypes": sorted({dtype for _, _, dtype in layout}),
-            "parameters": sum(int(np.prod(shape)) for _, shape, _ in layout),
-            "layout_sha256": hashlib.sha256(json.dumps(layout).encode()).hexdigest(),
-            "config": {name: str(getattr(config, name)) for name in COMPILED_CONFIG_FIELDS},
-        }
-
-
-def _mark_batch_dynamic(tensors: Sequence[torch.Tensor]) -> None:
-    """Mark dim 0 of `tensors` symbolic for `torch.compile` (where the code allows it)."""
-    for tensor in tensors:
-        torch._dynamo.maybe_mark_dynamic(tensor, 0)
-
-
-def _cache_tensors(cache: Any) -> list[torch.Tensor]:
-    """The keys and values of a transformers `DynamicCache`, layer by layer."""
-    return [tensor for layer in cache.layers for tensor in (layer.keys, layer.values)]
-
-
-def _pad_rows(tensor: torch.Tensor, rows: int) -> torch.Tensor:
-    """`tensor`, contiguous, with its first row repeated up to `rows` rows.
-
-    Repeated real rows keep the padding free of empty attention rows; contiguity keeps one
-    compiled graph per bucket whatever layout the caller's images have.
-    """
-    extra = rows - tensor.shape[0]
-    padded = torch.cat([tensor, tensor[:1].expand(extra, *tensor.shape[1:])]) if extra else tensor
-    return padded.contiguous()
 
 
 def _language_model_dtype(policy: Any) -> torch.dtype:

@@ -2,12 +2,12 @@
 
 `rpent-feature-server --checkpoint CKPT --port 8000` serves a Stage 1 checkpoint;
 `--pi05-checkpoint CKPT --tokenizer-dir TOK` serves pi0.5 instead (prefix tokens and reference
-chunks; its fast path's `--batch-buckets`, `--dynamic-batch`, `--compile-cache-dir`,
-`--prompt-slots` and `--warm-up`). It speaks OpenPI's websocket protocol (msgpack-numpy frames): on
-connect it sends its metadata (`rpent_feature_server`, `z_dim`, `prefix_dim`, `chunk_len`,
-`action_dim`), then answers each request frame with one reply frame, and `GET /healthz` answers
-"OK", so openpi-client and `RemoteFeatureModel` (`features.remote`, where the request and reply
-are described) both talk to it.
+chunks; `--warm-up`, and every `PI05Options` field as a flag of its own: `--batch-buckets`,
+`--dynamic-batch`, `--compile-cache-dir`, `--prompt-slots`, ...). It speaks OpenPI's websocket
+protocol (msgpack-numpy frames): on connect it sends its metadata (`rpent_feature_server`,
+`z_dim`, `prefix_dim`, `chunk_len`, `action_dim`), then answers each request frame with one
+reply frame, and `GET /healthz` answers "OK", so openpi-client and `RemoteFeatureModel`
+(`features.remote`, where the request and reply are described) both talk to it.
 
 Every model call, warm-ups included, runs on one model thread; the connections live on an
 asyncio loop in another. So the loop answers the websocket's keepalive pings and `/healthz`
@@ -34,14 +34,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 import tyro
 
 from rpent_agents.common.cli import command
-from rpent_agents.features.buckets import BATCH_BUCKETS
+from rpent_agents.features.pi05_options import PI05Options
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.remote import (
     ERROR_KEY,
@@ -200,19 +200,9 @@ class ServeArgs:
     reference chunks (no RL token is trained on pi0.5, so a z_rl request gets an error)."""
     tokenizer_dir: Path | None = None
     """The local PaliGemma tokenizer folder of --pi05-checkpoint."""
-    fast_path: bool | None = None
-    """pi0.5: compile the prefix pass and the Euler loop (default: on CUDA only)."""
-    batch_buckets: tuple[int, ...] = BATCH_BUCKETS
-    """pi0.5 fast path: the batch sizes padded to, each with CUDA graphs of its own."""
-    dynamic_batch: bool = False
-    """pi0.5 fast path: one compile for every bucket above 1 (default: one per bucket)."""
-    compile_cache_dir: Path | None = None
-    """pi0.5 fast path: compile cache root; default $RPENT_COMPILE_CACHE_DIR, else
-    ~/.cache/rpent/compile."""
-    prompt_slots: int | None = None
-    """pi0.5: prompt token slots kept of the tokenizer's 200 (default all); a shorter prefix
-    for the same features when prompts fit, and a request whose prompt does not gets an
-    error."""
+    pi05: Annotated[PI05Options, tyro.conf.OmitArgPrefixes] = field(default_factory=PI05Options)
+    """How pi0.5 runs (`PI05Options`: fast path, buckets, compile cache, ...); a request whose
+    prompt does not fit `--prompt-slots` gets an error."""
     warm_up: WarmUp = "first"
     """pi0.5 fast path: the buckets compiled (or loaded from the compile cache) before the
     server listens: the smallest, every one, or none; the others on their first request (that
@@ -239,7 +229,7 @@ def build_policy(args: ServeArgs) -> FeatureServerPolicy:
     if args.pi05_checkpoint is None:
         return FeatureServerPolicy(load_featurizer(args.checkpoint, args.device))
     featurizer = pi05_featurizer(args)
-    if sizes := warm_up_sizes(args.batch_buckets, args.warm_up):
+    if sizes := warm_up_sizes(args.pi05.batch_buckets, args.warm_up):
         featurizer.feature_model.warm_up(sizes)
     return FeatureServerPolicy(featurizer)
 
@@ -269,14 +259,7 @@ def pi05_featurizer(args: ServeArgs) -> RLTFeaturizer:
     from rpent_agents.features.pi05 import PI05FeatureModel
 
     model = PI05FeatureModel.from_checkpoint(
-        args.pi05_checkpoint,
-        args.tokenizer_dir,
-        args.device,
-        fast_path=args.fast_path,
-        batch_buckets=args.batch_buckets,
-        compile_cache_dir=args.compile_cache_dir,
-        prompt_slots=args.prompt_slots,
-        dynamic_batch=args.dynamic_batch,
+        args.pi05_checkpoint, args.tokenizer_dir, args.device, args.pi05
     )
     return RLTFeaturizer(model, None)
 

@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from rpent_agents.rollout.worker import DISCARDED_KEY, NO_RESET_SEED
+from rpent_agents.rollout.worker import DISCARDED_KEY, FINAL_OBS_KEY, NO_RESET_SEED
 
 logger = logging.getLogger(__name__)
 RESTART_TIMEOUT_S = 300.0
@@ -51,13 +51,17 @@ StepResult = tuple[list[Any], list[float], list[bool], list[bool], list[dict[str
 ResetResult = tuple[list[Any], list[dict[str, Any]]]
 
 
-def import_ray() -> ModuleType:
-    """The `ray` module, or an ImportError that names the extra to install."""
+def import_ray(needed_for: str = "Ray rollouts (--rollout ray)") -> ModuleType:
+    """The `ray` module, or an ImportError that names the extra to install.
+
+    Args:
+        needed_for: What needs Ray, as the error names it.
+    """
     try:
         import ray
     except ImportError as error:
         raise ImportError(
-            "Ray rollouts (--rollout ray) need Ray: pip install 'rpent[ray]' (on every node)"
+            f"{needed_for} need Ray: pip install 'rpent[ray]' (on every node)"
         ) from error
     return ray
 
@@ -243,7 +247,7 @@ class RayVectorEnv(VectorEnv):
             for column in _columns(results)
         )
         for env_index, info in enumerate(infos):
-            if "final_obs" in info:  # the env started its next episode with the action's seed
+            if FINAL_OBS_KEY in info:  # the env started its next episode with the action's seed
                 self.episode_seeds[env_index] = self.reset_seeds[env_index]
         obs, batched_infos = self._batch(observations, infos)
         return (

@@ -41,6 +41,7 @@ from rpent_agents.rollout.ready_steps import ReadySteps
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.worker import (
     DISCARDED_KEY,
+    FINAL_OBS_KEY,
     INSTRUCTION_KEY,
     NO_RESET_SEED,
     RLTWorkerFactory,
@@ -174,19 +175,19 @@ class FeaturizedVectorEnv(VectorWrapper):
             )
             raw = self.env.observations  # the workers' shared memory, their rows updated
         featurize_started_s = time.perf_counter()
-        final_mask = np.asarray(infos.get("_final_obs", np.zeros(self.num_envs, bool)), bool)
-        final_raw = infos.get("final_obs")
+        final_mask = np.asarray(infos.get(f"_{FINAL_OBS_KEY}", np.zeros(self.num_envs, bool)), bool)
+        final_raw = infos.get(FINAL_OBS_KEY)
         if final_mask.any():
             ended = np.flatnonzero(final_mask)
             finals = self.featurize_observations(  # the info holds one raw Dict per env
                 [final_raw[i] for i in ended], [self.instructions[i] for i in ended]
             )
-            infos["final_obs"] = {
+            infos[FINAL_OBS_KEY] = {
                 key: np.zeros((self.num_envs, *values.shape[1:]), values.dtype)
                 for key, values in finals.items()
             }
             for key, values in finals.items():
-                infos["final_obs"][key][final_mask] = values
+                infos[FINAL_OBS_KEY][key][final_mask] = values
         self._featurize(raw, infos, np.flatnonzero(self.last_ready))
         self.last_featurize_s = time.perf_counter() - featurize_started_s
         return self._copy_observations(), rewards, terminated, truncated, infos

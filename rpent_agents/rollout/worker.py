@@ -27,19 +27,39 @@ import numpy as np
 import torch
 
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from wrappers.info_keys import (
+    ACTION_SOURCE_KEY,
+    CHUNK_LEN_KEY,
+    CHUNK_REWARDS_KEY,
+    EXECUTED_ACTION_KEY,
+    STEP_INFOS_KEY,
+)
 from wrappers.policy_switch import PolicySwitch
 from wrappers.takeover import ExpertTakeover
 from wrappers.triggers import AutoGate
 
 # Per-step infos stay in the worker: the trainer needs the chunk-level keys only, and every
 # step's info would be pickled through the pipe once per chunk.
-_DROPPED_INFO_KEYS = ("step_infos",)
-INSTRUCTION_KEY = "task"
+_DROPPED_INFO_KEYS = (STEP_INFOS_KEY,)
 NO_RESET_SEED = -1
 MAX_SEED = 2**31 - 1
+INSTRUCTION_KEY = "task"
+"""Info key of the instruction (the env's own; the worker sets the next episode's at a reset)."""
 DISCARDED_KEY = "episode_discarded"
 """Info key of the envs whose episode was lost with its worker and started over (Ray rollouts:
 `rpent_agents.rollout.ray_vector_env`); their step produced no chunk."""
+CRITICAL_PHASE_KEY = "critical_phase"
+"""bool: the chunk was decided inside the critical phase of the reference `AutoGate`."""
+LOST_GRASP_ENDED_KEY = "lost_grasp_ended"
+"""bool: `end_lost_grasps` ended the episode at this chunk (the actor lost the peg)."""
+FINAL_OBS_KEY = "final_obs"
+"""The raw last observation of the episode the chunk ended, when the worker reset itself."""
+WORKER_CHUNK_S_KEY = "worker_chunk_s"
+"""float: seconds the worker spent simulating the chunk."""
+WORKER_RENDER_S_KEY = "worker_render_s"
+"""float: of `worker_chunk_s`, the seconds spent rendering and reading the cameras."""
+WORKER_RESET_S_KEY = "worker_reset_s"
+"""float: seconds the worker spent starting the next episode inside the step (0: none)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +136,7 @@ class RLTWorker(gym.Wrapper):
     (evaluation turns it on, so a held-out seed alone defines its episode).
     `end_lost_grasps` (training only, from the next reset) ends the episode as failed
     (terminated, no reward) when a chunk the actor drove loses the peg: held at the end of
-    the chunk before (for the gate's `min_grasp_steps`), not at its end, the task not solved.
+    the chunk before (for the gate window's `min_grasp_steps`), not at its end, the task not solved.
     The critic then values a dropped peg as the evaluation finds it, with no expert to grasp
     it again; `info["lost_grasp_ended"]` marks those chunks.
 
@@ -209,20 +229,20 @@ class RLTWorker(gym.Wrapper):
         started_s, rendering_started_s = time.perf_counter(), self._rendering_s()
         critical_phase = self.phase_gate.active
         obs, reward, terminated, truncated, info = self.env.step(action["actor"])
-        self.phase_gate.update(info["step_infos"])
+        self.phase_gate.update(info[STEP_INFOS_KEY])
         lost_grasp_ended = self._actor_lost_the_peg(info) and not (terminated or truncated)
         terminated = terminated or lost_grasp_ended
         info = self._fixed_shape(info, critical_phase)
-        info["lost_grasp_ended"] = lost_grasp_ended
-        info["worker_chunk_s"], info["worker_reset_s"] = time.perf_counter() - started_s, 0.0
-        info["worker_render_s"] = self._rendering_s() - rendering_started_s
+        info[LOST_GRASP_ENDED_KEY] = lost_grasp_ended
+        info[WORKER_CHUNK_S_KEY], info[WORKER_RESET_S_KEY] = time.perf_counter() - started_s, 0.0
+        info[WORKER_RENDER_S_KEY] = self._rendering_s() - rendering_started_s
         reset_seed = int(action.get("reset_seed", NO_RESET_SEED))
         if (terminated or truncated) and reset_seed != NO_RESET_SEED:
-            info["final_obs"] = obs
+            info[FINAL_OBS_KEY] = obs
             reset_started_s = time.perf_counter()
             options = {"reconfigure": True} if self.rebuild_scenes else None
             obs, reset_info = self.reset(seed=reset_seed, options=options)
-            info["worker_reset_s"] = time.perf_counter() - reset_started_s
+            info[WORKER_RESET_S_KEY] = time.perf_counter() - reset_started_s
             info[INSTRUCTION_KEY] = reset_info.get(INSTRUCTION_KEY, info.get(INSTRUCTION_KEY))
         return obs, reward, terminated, truncated, info
 
@@ -236,20 +256,20 @@ class RLTWorker(gym.Wrapper):
         Reads the grasp streak that `phase_gate` counted over the chunk's steps.
         """
         gate = self.phase_gate
-        held = gate.grasp_streak.steps >= gate.min_grasp_steps
+        held = gate.window.held(gate.grasp_streak.steps)
         lost, self.held = self.held and not held, held
-        if not (self._ending_lost_grasps and lost and info["action_source"] == "actor"):
+        if not (self._ending_lost_grasps and lost and info[ACTION_SOURCE_KEY] == "actor"):
             return False
-        return not bool(info["step_infos"][-1]["success"])
+        return not bool(info[STEP_INFOS_KEY][-1]["success"])
 
     def _fixed_shape(self, info: dict[str, Any], critical_phase: bool) -> dict[str, Any]:
         info = {key: value for key, value in info.items() if key not in _DROPPED_INFO_KEYS}
-        info["critical_phase"] = critical_phase
-        executed = np.asarray(info["executed_action"], np.float32).reshape(-1, self.action_dim)
-        rewards = np.asarray(info.get("chunk_rewards", ()), np.float32)  # none after a reset
-        info["chunk_len"] = len(executed)
-        info["executed_action"] = _zero_padded(executed, self.chunk_len)
-        info["chunk_rewards"] = _zero_padded(rewards, self.chunk_len)
+        info[CRITICAL_PHASE_KEY] = critical_phase
+        executed = np.asarray(info[EXECUTED_ACTION_KEY], np.float32).reshape(-1, self.action_dim)
+        rewards = np.asarray(info.get(CHUNK_REWARDS_KEY, ()), np.float32)  # none after a reset
+        info[CHUNK_LEN_KEY] = len(executed)
+        info[EXECUTED_ACTION_KEY] = _zero_padded(executed, self.chunk_len)
+        info[CHUNK_REWARDS_KEY] = _zero_padded(rewards, self.chunk_len)
         return info
 
 

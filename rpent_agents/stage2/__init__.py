@@ -1,12 +1,13 @@
 """Stage 2 of RLT: the actor-critic on frozen RL-token features (DESIGN.md §4).
 
-The learner (`networks`, `losses`, `replay`, `schedules`, `learner`, `config`, `checkpoint`)
-and what turns env steps into its data (`chunk_info`, `transitions`, `rollout_stats`,
-`scalar_log`) need only torch and numpy (TensorBoard logging also needs tensorboard), so a
-learner can run on a machine without the simulators; the names below are theirs. The training
-run on the peg envs of `rpent_agents.rollout` is `train` (`rpent-stage2`), its success rate on
-held-out seeds `evaluation`, its `results.json` `results`, and `eval_rlt` is
-`rpent-eval-rlt` (where episodes fail); these import the simulators and load on their own.
+The learner (`networks`, `losses`, `replay`, `schedules`, `algorithm`, `learner`, `config`,
+`checkpoint`) and what turns env steps into its data (`chunk_info`, `transitions`,
+`rollout_stats`, `scalar_log`) need only torch and numpy (TensorBoard logging also needs
+tensorboard), so a learner can run on a machine without the simulators; the names below are
+theirs. The training run on the peg envs of `rpent_agents.rollout` is `trainer` (its
+arguments and presets `train_args`, its command `train`: `rpent-stage2`), its success rate on
+held-out seeds `evaluation`, its `results.json` `results`, and `eval_rlt` is `rpent-eval-rlt`
+(where episodes fail); these import the simulators and load on their own.
 
 Example:
     >>> from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner
@@ -15,6 +16,7 @@ Example:
     False
 """
 
+from rpent_agents.stage2.algorithm import act_chunks
 from rpent_agents.stage2.checkpoint import (
     DEFAULT_ACTOR_DIR,
     TrainedActor,
@@ -27,7 +29,7 @@ from rpent_agents.stage2.checkpoint import (
 )
 from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.config import Stage2Config
-from rpent_agents.stage2.learner import Stage2Learner, act_chunks
+from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
 from rpent_agents.stage2.replay import ReplayBuffer, RLTBatch, RLTTransition
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats

@@ -11,6 +11,12 @@ pads `executed_action` and `chunk_rewards` to H rows for the vector API; the rec
 first `chunk_len` rows, so a padded info and an unpadded one read the same. Missing flags are
 false. The transition builder, the rollout statistics and `rpent-eval-rlt`'s traces all read
 chunks through `ChunkInfo.from_info`.
+
+The writers name these keys in `wrappers.info_keys` (the chunk and switch keys) and
+`rpent_agents.rollout.worker` (the worker's); this module spells out the ones it reads, since
+Stage 2 imports neither (it runs where gymnasium is not installed). The keys written and not
+read here are `KEYS_NOT_READ`, each with its reason; a test runs the writers and checks that
+every key written is read or listed (`tests/rpent_agents/stage2/test_chunk_info_keys.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,24 @@ import numpy as np
 
 INVALID_STATE_KEY = "invalid_state"
 """`rpent_envs.state_checks.INVALID_STATE_KEY` (Stage 2 imports nothing of `rpent_envs`)."""
+KEYS_NOT_READ: dict[str, str] = {
+    "step_infos": "every step's info, for the switch's gate and takeover and a worker's own "
+    "gate; a worker drops it before its pipe",
+    "rlt_switch_flags": "the switch's phase for the next chunk, for users and drop-in "
+    "libraries; the chunk's own is record_transition",
+    "rlt_policy_switch_event": "what the trigger reported, for users and logs",
+    "next_action_source": "who drives the next chunk, for users",
+    "lost_grasp_ended": "marks the chunks end_lost_grasps ended, for users and tests; "
+    "terminated already ends the episode",
+    "final_obs": "the ended episode's last observation, read by the vector env "
+    "(rpent_agents.rollout.vector)",
+    **dict.fromkeys(
+        ("worker_chunk_s", "worker_render_s", "worker_reset_s"),
+        "a worker's seconds, read by the loop profile (rpent_agents.stage2.loop_profile)",
+    ),
+}
+"""The keys the RLT stack writes per chunk that `ChunkInfo.from_info` knowingly leaves unread,
+each with its reason (the peg env's own keys aside)."""
 
 
 def _flag(info: Mapping[str, Any], key: str) -> bool:

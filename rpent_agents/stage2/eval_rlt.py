@@ -147,9 +147,10 @@ def stall_summary(chunks: list[ChunkEnd], takeover: ExpertTakeover) -> dict[str,
     past_face = head_x - np.array([chunk.entry_x_m for chunk in chunks])
     yz = np.array([max(chunk.head_y_radii, chunk.head_z_radii) for chunk in chunks])
     grasped = np.array([chunk.grasped for chunk in chunks])
-    x_ok = head_x >= takeover.near_hole_x_min
-    yz_ok = yz <= takeover.near_hole_yz_margin
-    grasp_ok = grasped | (not takeover.require_grasp)
+    window = takeover.window
+    x_ok = head_x >= window.hole.x_min_m
+    yz_ok = yz <= window.hole.yz_margin
+    grasp_ok = grasped | (not window.require_grasp)
 
     def quantiles(values: np.ndarray) -> list[float]:
         return [round(float(value), 4) for value in np.quantile(values, [0.1, 0.5, 0.9])]
@@ -204,7 +205,7 @@ def plot_stalls(traces: list[EpisodeTrace], takeover: ExpertTakeover, path: Path
                 s=8, alpha=0.5, color=color, label=f"{outcome} episodes",
             )  # fmt: skip
     axes.axvline(0.0, color="black", linewidth=0.8, label="box face (hole entry)")
-    axes.axhline(takeover.near_hole_yz_margin, color="gray", linestyle="--",
+    axes.axhline(takeover.window.hole.yz_margin, color="gray", linestyle="--",
                  label="takeover y/z margin")  # fmt: skip
     axes.set(
         xlabel="peg head past the box face (m)",

@@ -2,18 +2,20 @@
 
 The peg env reports `is_grasped`, `success`, `peg_head_pos_at_hole` (the peg head in the hole
 frame: x along the hole axis, larger is deeper; y, z across it; m) and `hole_radius` in every
-step's info. `GraspStreak` counts the grasped steps, `HoleSignals` reads where the head is and
-`HoleWindow` is a region near the hole: the region `wrappers.AutoGate` opens the critical phase
-in, and the one `wrappers.ExpertTakeover` watches for stalls. These read infos only (numpy, no
-simulator), so any env that reports the same keys can be gated the same way, and the wrappers
-that use them stay light.
+step's info. `GraspStreak` counts the grasped steps, `HoleSignals` reads where the head is,
+`HoleWindow` is a region near the hole and `PegWindow` adds the grasp requirement: the value
+`wrappers.AutoGate` opens the critical phase in, and the one `wrappers.ExpertTakeover` watches
+for stalls, with the reference values as its named constructors. These read infos only (numpy,
+no simulator), so any env that reports the same keys can be gated the same way, and the
+wrappers that use them stay light: the task's geometry lives here, the wrappers take it as a
+value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -91,6 +93,84 @@ class HoleWindow:
             return True
         yz_limit_m = self.yz_margin * signals.hole_radius_m
         return signals.head_abs_y_m <= yz_limit_m and signals.head_abs_z_m <= yz_limit_m
+
+
+@dataclass(frozen=True)
+class PegWindow:
+    """Where the peg must be at a chunk's end: its head in a `HoleWindow`, held or not.
+
+    Built once by a gate or a takeover; the named constructors hold the reference RLT values.
+
+    Attributes:
+        hole: The region of the peg head near the hole.
+        require_grasp: The peg must also be held.
+        min_grasp_steps: Consecutive grasped steps that count as held.
+
+    Example:
+        >>> window = PegWindow.gate_reference()
+        >>> signals = HoleSignals(-0.1, 0.0, 0.05, hole_radius_m=0.04, success=False)
+        >>> window.contains(signals, grasp_steps=5), window.contains(signals, grasp_steps=4)
+        (True, False)
+    """
+
+    hole: HoleWindow
+    require_grasp: bool = True
+    min_grasp_steps: int = 5
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = (
+        "near_hole_x_min",
+        "near_hole_yz_margin",
+        "require_grasp",
+        "min_grasp_steps",
+    )
+    """The loose keywords of `AutoGate` and `ExpertTakeover` that change a window's fields."""
+
+    @classmethod
+    def gate_reference(cls) -> PegWindow:
+        """The reference gate's: x >= -0.16 m, |y|, |z| <= 1.5 radii, held for 5 steps."""
+        return cls(HoleWindow(-0.16, 1.5))
+
+    @classmethod
+    def takeover_reference(cls) -> PegWindow:
+        """The reference takeover's: x >= -0.10 m, |y|, |z| <= 2 radii, held for 5 steps."""
+        return cls(HoleWindow(-0.10, 2.0))
+
+    @classmethod
+    def anywhere(cls) -> PegWindow:
+        """No bound and no grasp needed (held still means `min_grasp_steps` steps)."""
+        return cls(HoleWindow(None, None), require_grasp=False)
+
+    def with_keywords(self, reader: str, **keywords: Any) -> PegWindow:
+        """This window with the fields named by the loose keywords (`KEYWORDS`) changed.
+
+        `near_hole_x_min` is the hole window's `x_min_m`, `near_hole_yz_margin` its
+        `yz_margin`; `reader` names the component in the error.
+
+        Raises:
+            TypeError: For a keyword that is not one of `KEYWORDS`.
+        """
+        unknown = sorted(set(keywords) - set(self.KEYWORDS))
+        if unknown:
+            raise TypeError(f"{reader} got unexpected keyword arguments {unknown}")
+        hole = HoleWindow(
+            keywords.get("near_hole_x_min", self.hole.x_min_m),
+            keywords.get("near_hole_yz_margin", self.hole.yz_margin),
+        )
+        return PegWindow(
+            hole,
+            keywords.get("require_grasp", self.require_grasp),
+            keywords.get("min_grasp_steps", self.min_grasp_steps),
+        )
+
+    def held(self, grasp_steps: int) -> bool:
+        """Whether a grasp streak of `grasp_steps` steps counts as holding the peg."""
+        return grasp_steps >= self.min_grasp_steps
+
+    def contains(self, signals: HoleSignals, grasp_steps: int) -> bool:
+        """Whether the peg head of `signals`, after a grasp streak of `grasp_steps`, is in."""
+        if self.require_grasp and not self.held(grasp_steps):
+            return False
+        return self.hole.contains(signals)
 
 
 class GraspStreak:

@@ -7,8 +7,16 @@ from pathlib import Path
 import rpent_agents
 
 # A subpackage may import those of a lower layer; stage1 and rollout share one and import
-# neither each other.
-LAYERS = {"common": 0, "features": 1, "stage1": 2, "rollout": 2, "stage2": 3, "run": 4}
+# neither each other, as run and robot do.
+LAYERS = {
+    "common": 0,
+    "features": 1,
+    "stage1": 2,
+    "rollout": 2,
+    "stage2": 3,
+    "run": 4,
+    "robot": 4,
+}
 PACKAGE_DIR = Path(rpent_agents.__file__).parent
 
 

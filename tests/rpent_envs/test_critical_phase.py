@@ -2,7 +2,7 @@
 
 import pytest
 
-from rpent_envs.maniskill.critical_phase import GraspStreak, HoleSignals, HoleWindow
+from rpent_envs.maniskill.critical_phase import GraspStreak, HoleSignals, HoleWindow, PegWindow
 
 RADIUS = 0.04
 
@@ -36,3 +36,26 @@ def test_the_grasp_streak_restarts_at_a_lost_grasp():
     streak = GraspStreak()
     grasps = [True, True, False, True]
     assert streak.observe([{"is_grasped": g} for g in grasps], "test") == 1
+
+
+def test_the_reference_windows_hold_the_reference_values():
+    assert PegWindow.gate_reference() == PegWindow(HoleWindow(-0.16, 1.5), True, 5)
+    assert PegWindow.takeover_reference() == PegWindow(HoleWindow(-0.10, 2.0), True, 5)
+    assert PegWindow.anywhere() == PegWindow(HoleWindow(None, None), False, 5)
+
+
+def test_a_window_needs_the_grasp_only_when_it_requires_it():
+    near = signals(-0.05)
+    assert PegWindow.takeover_reference().contains(near, grasp_steps=5)
+    assert not PegWindow.takeover_reference().contains(near, grasp_steps=4)
+    assert PegWindow.anywhere().contains(near, grasp_steps=0)
+    assert not PegWindow.anywhere().held(4) and PegWindow.anywhere().held(5)
+
+
+def test_loose_keywords_change_the_window_and_unknown_ones_are_named():
+    window = PegWindow.gate_reference().with_keywords("AutoGate", near_hole_x_min=-0.10)
+    assert window == PegWindow(HoleWindow(-0.10, 1.5), True, 5)
+    no_grasp = PegWindow.gate_reference().with_keywords("AutoGate", require_grasp=False)
+    assert no_grasp == PegWindow(HoleWindow(-0.16, 1.5), False, 5)
+    with pytest.raises(TypeError, match=r"AutoGate got unexpected keyword arguments \['x_min'\]"):
+        PegWindow.gate_reference().with_keywords("AutoGate", x_min=-0.1)

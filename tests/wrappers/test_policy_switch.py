@@ -71,9 +71,9 @@ def gate_conditions(infos, gate):
     for info in infos:
         streak = streak + 1 if info["is_grasped"] else 0
         x, y, z = info["peg_head_pos_at_hole"]
-        limit = gate.near_hole_yz_margin * info["hole_radius"]
-        near = x >= gate.near_hole_x_min and abs(y) <= limit and abs(z) <= limit
-        conditions.append(streak >= gate.min_grasp_steps and not info["success"] and near)
+        limit = gate.window.hole.yz_margin * info["hole_radius"]
+        near = x >= gate.window.hole.x_min_m and abs(y) <= limit and abs(z) <= limit
+        conditions.append(streak >= gate.window.min_grasp_steps and not info["success"] and near)
     return conditions
 
 

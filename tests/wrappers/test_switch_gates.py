@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from rpent_envs.maniskill.critical_phase import HoleWindow, PegWindow
 from wrappers.takeover import ExpertTakeover, as_step_policy
 from wrappers.triggers import AutoGate, SwitchUpdate
 
@@ -110,6 +111,17 @@ def test_the_missed_grasp_entry_opens_after_ungrasped_chunks_only():
         AutoGate(missed_grasp_chunks=0)
 
 
+def test_the_gate_keeps_one_window_its_keywords_change():
+    assert AutoGate().window == PegWindow.gate_reference()
+    assert AutoGate(near_hole_x_min=-0.10).window == PegWindow(HoleWindow(-0.10, 1.5))
+    wide = PegWindow(HoleWindow(-0.2, 3.0), min_grasp_steps=2)
+    assert AutoGate(window=wide, require_grasp=False).window == PegWindow(
+        HoleWindow(-0.2, 3.0), False, 2
+    )
+    with pytest.raises(TypeError, match="AutoGate got unexpected keyword arguments"):
+        AutoGate(near_hole_x=-0.1)
+
+
 def test_gate_names_missing_signals_and_bad_mode():
     gate = AutoGate()
     gate.reset()
@@ -214,6 +226,14 @@ def test_reset_releases_the_expert(takeover):
         takeover.update(chunk(-0.05), True)
     takeover.reset()
     assert not takeover.active and takeover.best is None and takeover.stalled_chunks == 0
+
+
+def test_the_takeover_keeps_one_window_its_keywords_change():
+    assert ExpertTakeover(CountingExpert()).window == PegWindow.takeover_reference()
+    whole = ExpertTakeover.whole_critical_phase(CountingExpert())
+    assert whole.window == PegWindow.anywhere() and whole.ungrasped_chunks_before_takeover == 3
+    narrowed = ExpertTakeover.whole_critical_phase(CountingExpert(), near_hole_x_min=-0.2)
+    assert narrowed.window == PegWindow(HoleWindow(-0.2, None), require_grasp=False)
 
 
 def test_expert_objects_and_callables_become_step_policies():

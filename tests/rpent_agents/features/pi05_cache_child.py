@@ -18,6 +18,7 @@ from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 
 from rpent_agents.features.pi05 import PI05FeatureModel
+from rpent_agents.features.pi05_options import PI05Options
 
 
 def main() -> None:
@@ -29,9 +30,7 @@ def main() -> None:
         eager.policy,
         eager.preprocessor,
         eager.postprocessor,
-        fast_path=True,
-        batch_buckets=(1,),
-        compile_cache_dir=cache_dir,
+        PI05Options(fast_path=True, batch_buckets=(1,), compile_cache_dir=cache_dir),
     )
     outputs = {}
     # C++ kernels built without vector ISA: ~35% faster to build on the test machines

@@ -105,11 +105,11 @@ def write_toy_folders(root: Path) -> Path:
     return root
 
 
-def load_toy_model(root: Path, **options) -> PI05FeatureModel:
-    """The toy of `write_toy_folders(root)` as a `PI05FeatureModel` (`options`: its own)."""
+def load_toy_model(root: Path) -> PI05FeatureModel:
+    """The toy of `write_toy_folders(root)` as a `PI05FeatureModel` (every option's default)."""
     with pytest.MonkeyPatch.context() as monkeypatch:
         inject_tiny_configs(monkeypatch)
-        return PI05FeatureModel.from_checkpoint(root / "checkpoint", root / "tokenizer", **options)
+        return PI05FeatureModel.from_checkpoint(root / "checkpoint", root / "tokenizer")
 
 
 def observations(count: int) -> list[dict[str, np.ndarray]]:

@@ -27,6 +27,7 @@ from torch._inductor import config as inductor_config
 
 from rpent_agents.features.buckets import BATCH_BUCKETS, bucket_size
 from rpent_agents.features.pi05 import PI05FeatureModel
+from rpent_agents.features.pi05_options import PI05Options
 from rpent_agents.features.precomputed import (
     Bf16CopyLinear,
     PrecomputedLinear,
@@ -103,9 +104,9 @@ def test_bf16_vision_changes_only_the_precision(pi05_model):
     """The vision tower under bf16 autocast: close to LeRobot's fp32 vision path, not equal;
     the stock path stays the default off the fast path, and the fast path of a bf16 policy
     turns it on."""
-    assert pi05_model.bf16_vision is False
+    assert pi05_model.options.bf16_vision is False
     policy, pre, post = pi05_model.policy, pi05_model.preprocessor, pi05_model.postprocessor
-    bf16_vision = PI05FeatureModel(policy, pre, post, bf16_vision=True)
+    bf16_vision = PI05FeatureModel(policy, pre, post, PI05Options(bf16_vision=True))
     obs = observations(2)
     features = []
     for model in (pi05_model, bf16_vision):
@@ -117,8 +118,9 @@ def test_bf16_vision_changes_only_the_precision(pi05_model):
     torch.testing.assert_close(reduced, stock, rtol=5e-2, atol=5e-2)
     bf16_policy = copy.deepcopy(policy)  # a cast back would leave the shared one rounded
     bf16_policy.model.paligemma_with_expert.paligemma.model.language_model.to(torch.bfloat16)
-    assert PI05FeatureModel(bf16_policy, pre, post, fast_path=True).bf16_vision is True
-    assert PI05FeatureModel(policy, pre, post, fast_path=True).bf16_vision is False
+    fast_path = PI05Options(fast_path=True)
+    assert PI05FeatureModel(bf16_policy, pre, post, fast_path).options.bf16_vision is True
+    assert PI05FeatureModel(policy, pre, post, fast_path).options.bf16_vision is False
 
 
 def poisoned_routes(policy: torch.nn.Module, kind: type) -> list[PrecomputedLinear]:
@@ -142,7 +144,8 @@ def test_modulation_tables_stand_in_for_the_adarms_dense_layers(pi05_model):
         pi05_model.postprocessor,
     )
     keys = list(policy.state_dict())
-    assert PI05FeatureModel(policy, pre, post, fast_path=True).precompute is True
+    fast_path = PI05Options(fast_path=True)
+    assert PI05FeatureModel(policy, pre, post, fast_path).options.precompute is True
     assert list(policy.state_dict()) == keys
     tables = poisoned_routes(policy, TabulatedLinear)
     assert len(tables) == 3  # one Gemma layer's two norms, and the final norm
@@ -167,15 +170,16 @@ def test_bf16_copies_of_the_vision_weights_are_what_autocast_computes(pi05_model
         pi05_model.preprocessor,
         pi05_model.postprocessor,
     )
-    reference = PI05FeatureModel(pi05_model.policy, pre, post, bf16_vision=True)
-    fast = PI05FeatureModel(policy, pre, post, fast_path=True, bf16_vision=True)
-    assert fast.precompute is True
+    reference = PI05FeatureModel(pi05_model.policy, pre, post, PI05Options(bf16_vision=True))
+    fast = PI05FeatureModel(policy, pre, post, PI05Options(fast_path=True, bf16_vision=True))
+    assert fast.options.precompute is True
     copies = poisoned_routes(policy, Bf16CopyLinear)
     assert len(copies) == 7  # q, k, v, out, fc1, fc2 of one SigLIP layer, and the projector
     obs, instructions = observations(2), [INSTRUCTION] * 2
     prefixes = []
     for model, bf16_vision in ((reference, True), (fast, True), (fast, False)):
-        eager_view = PI05FeatureModel(model.policy, pre, post, bf16_vision=bf16_vision)
+        options = PI05Options(bf16_vision=bf16_vision)
+        eager_view = PI05FeatureModel(model.policy, pre, post, options)
         torch.manual_seed(6)
         with fast_routes(copies if model is fast else []):
             prefixes.append(eager_view.featurize(obs, instructions).prefix_tokens)
@@ -197,8 +201,8 @@ def test_grouped_query_attention_reads_the_key_value_head_in_place(pi05_model, m
         pi05_model.postprocessor,
     )
     keys = list(policy.state_dict())
-    fast = PI05FeatureModel(policy, pre, post, fast_path=True, precompute=False)
-    assert fast.grouped_attention is True and list(policy.state_dict()) == keys
+    fast = PI05FeatureModel(policy, pre, post, PI05Options(fast_path=True, precompute=False))
+    assert fast.options.grouped_attention is True and list(policy.state_dict()) == keys
     attentions = [module for module in policy.modules() if hasattr(module, "num_key_value_groups")]
     assert len(attentions) == 2  # the toy's one Gemma layer, in the prefix and in the expert
     obs, instructions = observations(2), [INSTRUCTION] * 2
@@ -222,7 +226,8 @@ def test_grouped_query_attention_reads_the_key_value_head_in_place(pi05_model, m
 def test_fast_routes_are_refused_off_the_fast_path(pi05_model):
     for option in ("precompute", "grouped_attention"):
         with pytest.raises(ValueError, match=f"{option}=True serves the fast path only"):
-            PI05FeatureModel(pi05_model.policy, None, None, fast_path=False, **{option: True})
+            options = PI05Options(fast_path=False, **{option: True})
+            PI05FeatureModel(pi05_model.policy, None, None, options)
 
 
 def test_prompt_slots_cut_only_padding(pi05_model):
@@ -231,7 +236,7 @@ def test_prompt_slots_cut_only_padding(pi05_model):
     policy, pre, post = pi05_model.policy, pi05_model.preprocessor, pi05_model.postprocessor
     obs, instructions = observations(2), [INSTRUCTION, "insert the hole in the peg"]
     features = []
-    for model in (pi05_model, PI05FeatureModel(policy, pre, post, prompt_slots=20)):
+    for model in (pi05_model, PI05FeatureModel(policy, pre, post, PI05Options(prompt_slots=20))):
         torch.manual_seed(4)
         features.append(model.featurize(obs, instructions))
     full, short = features
@@ -244,9 +249,10 @@ def test_prompt_slots_cut_only_padding(pi05_model):
     )
     torch.testing.assert_close(short.ref_chunk, full.ref_chunk, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="prompt_slots=16"):
-        PI05FeatureModel(policy, pre, post, prompt_slots=16).featurize(obs, instructions)
+        sixteen_slots = PI05FeatureModel(policy, pre, post, PI05Options(prompt_slots=16))
+        sixteen_slots.featurize(obs, instructions)
     with pytest.raises(ValueError, match="prompt_slots=25"):
-        PI05FeatureModel(policy, pre, post, prompt_slots=PROMPT_SLOTS + 1)
+        PI05FeatureModel(policy, pre, post, PI05Options(prompt_slots=PROMPT_SLOTS + 1))
 
 
 def test_missing_local_tokenizer_is_named(pi05_folders, tmp_path):
@@ -260,19 +266,20 @@ def test_batch_buckets():
 
 
 def test_fast_path_is_off_on_the_cpu_unless_asked(pi05_model):
-    assert pi05_model.fast_path is False and pi05_model.warmup_s == {}
+    assert pi05_model.options.fast_path is False and pi05_model.warmup_s == {}
 
 
 def test_batch_buckets_are_checked(pi05_model):
     with pytest.raises(ValueError, match="batch_buckets"):
-        PI05FeatureModel(pi05_model.policy, None, None, batch_buckets=(0, 8))
+        PI05FeatureModel(pi05_model.policy, None, None, PI05Options(batch_buckets=(0, 8)))
 
 
 def test_one_cuda_graph_per_bucket_is_refused_where_it_cannot_run(pi05_model):
     policy = pi05_model.policy
-    assert PI05FeatureModel(policy, None, None, fast_path=True).cuda_graph is False  # the CPU
+    fast_path = PI05Options(fast_path=True)
+    assert PI05FeatureModel(policy, None, None, fast_path).options.cuda_graph is False  # the CPU
     with pytest.raises(ValueError, match="cuda_graph=True needs the fast path on CUDA"):
-        PI05FeatureModel(policy, None, None, fast_path=True, cuda_graph=True)
+        PI05FeatureModel(policy, None, None, PI05Options(fast_path=True, cuda_graph=True))
 
 
 def test_fast_path_matches_eager_and_buckets_above_one_share_its_compile(pi05_model, tmp_path):
@@ -287,9 +294,7 @@ def test_fast_path_matches_eager_and_buckets_above_one_share_its_compile(pi05_mo
         pi05_model.policy,
         pi05_model.preprocessor,
         pi05_model.postprocessor,
-        fast_path=True,
-        compile_cache_dir=tmp_path,
-        dynamic_batch=True,
+        PI05Options(fast_path=True, compile_cache_dir=tmp_path, dynamic_batch=True),
     )
     obs, instructions = observations(3), [INSTRUCTION, "insert the hole in the peg", INSTRUCTION]
     rl_token = RLToken(RLTokenConfig(dim=WIDTH, prefix_seq_len=64))
@@ -331,13 +336,12 @@ def test_feature_server_serves_pi05_prefix_features(pi05_folders):
         device="cpu",
         pi05_checkpoint=pi05_folders / "checkpoint",
         tokenizer_dir=pi05_folders / "tokenizer",
-        batch_buckets=(1, 4),
-        prompt_slots=20,
+        pi05=PI05Options(batch_buckets=(1, 4), prompt_slots=20),
     )
     with pytest.MonkeyPatch.context() as monkeypatch:
         inject_tiny_configs(monkeypatch)
         server_policy = FeatureServerPolicy(pi05_featurizer(args))
-    assert server_policy.featurizer.feature_model.batch_buckets == (1, 4)
+    assert server_policy.featurizer.feature_model.options.batch_buckets == (1, 4)
     request = {"observations": stack_observations(observations(2)), "instructions": ["a", "b"]}
     reply = server_policy.infer(request | {"want": "prefix"})
     assert reply["prefix_tokens"].shape == (2, 8 + 20, WIDTH)  # 20 of the 24 prompt slots

@@ -15,6 +15,7 @@ from lerobot.policies.pi05.modeling_pi05 import PI05Policy
 from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS
 
 from rpent_agents.features.pi05 import PI05FeatureModel
+from rpent_agents.features.pi05_options import PI05Options
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
@@ -62,9 +63,10 @@ def relative_error(actual, expected):
 def test_full_size_fast_path_matches_eager_in_bf16():
     policy = full_size_policy()
     identity = lambda chunk: chunk  # noqa: E731
-    eager = PI05FeatureModel(policy, None, identity, fast_path=False)
+    eager = PI05FeatureModel(policy, None, identity, PI05Options(fast_path=False))
     fast = PI05FeatureModel(policy, None, identity)
-    assert fast.fast_path and fast.cuda_graph and fast.compile_mode == "default"
+    options = fast.options
+    assert options.fast_path and options.cuda_graph and options.compile_mode == "default"
     rl_token = RLToken(RLTokenConfig(dim=fast.prefix_dim)).cuda().eval()
     eager_featurizer = RLTFeaturizer(eager, rl_token, torch.bfloat16)
     RLTFeaturizer(fast, rl_token, torch.bfloat16)  # fuses the RL token into fast's graphs

@@ -15,7 +15,7 @@ from stage2_helpers import (
 )
 
 from rpent_agents.stage2 import resume_run, save_run
-from rpent_agents.stage2.learner import UpdateKind
+from rpent_agents.stage2.algorithm import UpdateKind
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
