@@ -123,6 +123,15 @@ class Stage2Config:
     """When acting deterministically (evaluation, deployment), run the reference chunk instead
     of the actor's wherever the critic (min over heads) values the reference's higher: the
     actor then changes only what the critic expects it to improve. Off in the reference."""
+    acting_samples: int = 0
+    """Q-ranked acting (EXPO, PA-RL): besides the actor's chunk, this many perturbations of
+    its mean (`acting_sample_std` before the tanh) and the reference chunk are valued by the
+    critic (minimum over its heads) and the best one runs, when exploring and when acting
+    deterministically (fixed perturbations: an evaluated episode depends on its seed only);
+    no robot time is spent on the candidates. 0: the actor's chunk (`eval_q_filter` still
+    chooses between it and the reference's at evaluation). Off in the reference."""
+    acting_sample_std: float = 0.2
+    """Std of the perturbations `acting_samples` adds to the actor's mean, before the tanh."""
     acting_actor_tau: float | None = None
     """Keep a Polyak average of the actor for acting deterministically (evaluation,
     deployment, the run's weights file): after every actor step it moves this fraction of
@@ -202,6 +211,11 @@ class Stage2Config:
             raise ValueError(
                 "Stage2Config.acting_actor_tau must lie in (0, 1] or be None (the trained "
                 f"actor acts), got {self.acting_actor_tau}"
+            )
+        if self.acting_samples < 0 or self.acting_sample_std < 0:
+            raise ValueError(
+                "Stage2Config.acting_samples and acting_sample_std must be >= 0, got "
+                f"{self.acting_samples} and {self.acting_sample_std}"
             )
         if self.sample_window < 1:
             raise ValueError(f"Stage2Config.sample_window must be >= 1, got {self.sample_window}")
