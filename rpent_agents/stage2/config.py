@@ -254,6 +254,25 @@ class Stage2Config:
         return cls(**(preset | overrides))
 
     @classmethod
+    def robot_hour(cls, **overrides: Any) -> Stage2Config:
+        """`rpent-stage2 robot-hour`'s learner, with `overrides` applied.
+
+        `sample_efficient()` rescheduled for 30k env steps, about an hour of a 10 Hz arm:
+        learning from the first few hundred transitions, more updates per transition, the
+        actor ready after a short warm-up, and Q-ranked acting among perturbations of its
+        chunk and the reference (docs/agents/training.md#presets-and-options).
+        """
+        preset = {
+            "learning_starts": 200,
+            "warmup_updates": 1500,
+            "weight_warmup_updates": 1000,
+            "weight_ramp_updates": 3000,
+            "update_epoch": 40,
+            "acting_samples": 8,
+        }
+        return cls.sample_efficient(**(preset | overrides))
+
+    @classmethod
     def real_robot(cls, **overrides: Any) -> Stage2Config:
         """The reference's real-robot (Franka) setting, with `overrides` applied."""
         real = {
