@@ -18,6 +18,7 @@ prediction inside a tool call named after its provenance source, then executes t
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ from rpent_envs import LIBERO_ID, PEG_INSERTION_ID
 from wrappers.chunking import ChunkResult, StepPolicy, state_step_policy
 from wrappers.rlt import rlt_observation_space, rlt_observations
 from wrappers.triggers import SwitchTrigger
+
+logger = logging.getLogger(__name__)
 
 Driver = Literal["vla", "actor", "expert", "human"]
 """Who drove a chunk: the VLA's reference, the Stage 2 actor, a scripted expert, or a person
@@ -195,6 +198,11 @@ class ActorPolicy:
         dims = RLTDims.from_observation_space(vla.space)
         device = resolve_device(config.feature_device)
         actor = load_actor(stage2_run, dims, config.chunk_len, device)
+        if not actor.ready:
+            logger.warning(
+                "the actor of %s was saved before its warm-up ended: the VLA reference drives",
+                stage2_run,
+            )
         if actor_gate:
             config = config.with_gate_settings(actor.gate)
         model = f"rpent-stage2-actor:{stage2_run or DEFAULT_ACTOR_DIR}"
@@ -205,9 +213,13 @@ class ActorPolicy:
         self.critical = self.gate.reset().active
 
     def decide(self, observation: Mapping[str, Any], instruction: str) -> ChunkDecision:
-        """The actor's chunk in the critical phase, else the VLA's reference chunk."""
+        """The actor's chunk in the critical phase, else the VLA's reference chunk.
+
+        An actor whose run had not finished its warm-up (`TrainedActor.ready` False) never
+        drives: the reference does.
+        """
         features = self.vla.features(observation, instruction)
-        if not self.critical:
+        if not (self.critical and self.actor.ready):
             return self.vla.reference(features)
         flat_chunk = self.actor.act(features)[0]
         return ChunkDecision("actor", self.model, flat_chunk.reshape(self.vla.chunk_len, -1))

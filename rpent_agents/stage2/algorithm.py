@@ -15,7 +15,8 @@ reference order):
 
 An optimizer step whose loss or gradient norm is NaN or inf is skipped, on the device, and
 counted in `skipped_steps` (`stage2.step_guard`). Acting is `act_chunks`: the actor's chunk,
-or the reference's where the critic values it higher (`q_filtered`).
+or the candidate chunk the critic values highest (`QRanking`: the reference's, perturbations
+of the actor's).
 
 Every update runs on the current stream and reads nothing back from the device. This module
 does not hold the replay buffer, the update schedule, the loss weights' schedule, the CUDA
@@ -26,7 +27,9 @@ streams and graphs or training's acting copies: those are `stage2.learner`'s
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -39,6 +42,8 @@ from rpent_agents.stage2.replay import RLTBatch, RLTTransition
 from rpent_agents.stage2.step_guard import step_unless_non_finite
 
 NETWORKS = ("critic", "actor")
+PERTURBATION_SEED = 20261207
+"""Seed of the fixed perturbations deterministic Q-ranked acting values (`QRanking`)."""
 ACTOR_SCALARS = (
     "actor/actor_loss",
     "q_pi",
@@ -223,13 +228,23 @@ class Stage2Algorithm:
 
         Args:
             obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
-            deterministic: Use the mean (evaluation) instead of adding the fixed noise; with
-                `eval_q_filter` the critic then keeps the reference's chunk where it values
-                it higher.
+            deterministic: Use the mean (evaluation) instead of adding the fixed noise; the
+                critic chooses among candidate chunks as `q_ranking` says.
         """
-        q_filter = self.critic if deterministic and self.config.eval_q_filter else None
         actor = self.acting_actor if deterministic else self.actor
-        return act_chunks(actor, obs, deterministic, self.noise_generator, q_filter)
+        ranking = self.q_ranking(self.critic, deterministic)
+        return act_chunks(actor, obs, deterministic, self.noise_generator, ranking)
+
+    def q_ranking(self, critic: TwinQCritic, deterministic: bool) -> QRanking | None:
+        """How `critic` chooses the chunk that acts (`QRanking`); None: the actor's chunk.
+
+        Exploring ranks with `acting_samples`; acting deterministically ranks with them too,
+        or between the actor's and the reference's chunk alone with `eval_q_filter`.
+        """
+        config = self.config
+        if config.acting_samples > 0:
+            return QRanking(critic, config.acting_samples, config.acting_sample_std)
+        return QRanking(critic) if deterministic and config.eval_q_filter else None
 
     def _skipped_step_counts(self) -> dict[str, torch.Tensor]:
         """Copies of the skip counters as they stand after the updates queued so far."""
@@ -253,13 +268,35 @@ def obs_to_tensors(obs: Mapping[str, np.ndarray], device: torch.device) -> RLTOb
     return RLTObs(tensor("z_rl"), tensor("proprio"), tensor("ref_chunk"))
 
 
+@dataclass(frozen=True)
+class QRanking:
+    """How acting lets a critic choose among candidate chunks (docs/design.md §4, acting).
+
+    The candidates are the actor's chunk, `samples` perturbations of its mean (noise of std
+    `sample_std` before the tanh: drawn anew when exploring, fixed perturbations when acting
+    deterministically, so an evaluated episode depends only on its seed) and the reference
+    chunk; the critic's minimum over its heads values each and the best runs, ties keeping
+    the actor's (`q_ranked`). With no samples this is `Stage2Config.eval_q_filter`'s choice
+    between the actor's and the reference's chunk.
+
+    Attributes:
+        critic: The critic that values the candidates.
+        samples: Perturbations of the actor's mean among the candidates.
+        sample_std: Std of the perturbations, before the tanh.
+    """
+
+    critic: TwinQCritic
+    samples: int = 0
+    sample_std: float = 0.0
+
+
 @torch.no_grad()
 def act_chunks(
     actor: Actor,
     obs: Mapping[str, np.ndarray],
     deterministic: bool = True,
     generator: torch.Generator | None = None,
-    q_filter: TwinQCritic | None = None,
+    ranking: QRanking | None = None,
 ) -> np.ndarray:
     """Flat action chunks (B, H*A) of `actor` for batched RLT observations (numpy).
 
@@ -268,15 +305,49 @@ def act_chunks(
         obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
         deterministic: Use the mean (evaluation) instead of adding the fixed noise.
         generator: Random source of the noise (the default generator when None).
-        q_filter: A critic that replaces the actor's chunk by the reference's wherever it
-            values the reference's higher (`q_filtered`); None: the actor's chunks.
+        ranking: A critic that chooses among the actor's chunk, perturbations of it and the
+            reference's (`QRanking`); None: the actor's chunks.
     """
     device = next(actor.parameters()).device
     rlt_obs = obs_to_tensors(obs, device)
-    chunk = actor(rlt_obs, deterministic=deterministic, generator=generator)
-    if q_filter is not None:
-        chunk = q_filtered(q_filter, rlt_obs, chunk)
+    if ranking is None:
+        chunk = actor(rlt_obs, deterministic=deterministic, generator=generator)
+    else:
+        candidates = candidate_chunks(actor, rlt_obs, ranking, deterministic, generator)
+        chunk = q_ranked(ranking.critic, rlt_obs, candidates)
     return chunk.flatten(1).cpu().numpy()
+
+
+def candidate_chunks(
+    actor: Actor,
+    obs: RLTObs,
+    ranking: QRanking,
+    deterministic: bool,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """(B, K, H, A): the actor's chunk, `ranking.samples` perturbations, the reference's."""
+    mean = actor.pre_tanh_mean(obs)
+    own = mean if deterministic else mean + actor.noise_std * _normal(mean.shape, generator, mean)
+    perturbations = (
+        fixed_perturbations(ranking.samples, mean.shape[-1]).to(mean.device)[None]
+        if deterministic
+        else _normal((ranking.samples, *mean.shape), generator, mean).transpose(0, 1)
+    )
+    sampled = mean[:, None] + ranking.sample_std * perturbations.expand(mean.shape[0], -1, -1)
+    reference = obs.ref_chunk[:, None, : actor.chunk_len].clamp(-1.0, 1.0)
+    return torch.cat([actor.squash(own)[:, None], actor.squash(sampled), reference], dim=1)
+
+
+def _normal(
+    shape: tuple[int, ...], generator: torch.Generator | None, like: torch.Tensor
+) -> torch.Tensor:
+    return torch.randn(shape, generator=generator, device=like.device, dtype=like.dtype)
+
+
+@functools.cache
+def fixed_perturbations(count: int, size: int) -> torch.Tensor:
+    """(count, size) standard normal draws, the same at every call: deterministic acting."""
+    return torch.randn((count, size), generator=torch.Generator().manual_seed(PERTURBATION_SEED))
 
 
 @torch.no_grad()
@@ -298,14 +369,17 @@ def first_head_q_values(
 
 
 @torch.no_grad()
-def q_filtered(critic: TwinQCritic, obs: RLTObs, actor_chunk: torch.Tensor) -> torch.Tensor:
-    """Per sample, the actor's chunk (B, H, A) or the reference's, whichever is valued higher.
+def q_ranked(critic: TwinQCritic, obs: RLTObs, candidates: torch.Tensor) -> torch.Tensor:
+    """Per sample, the candidate chunk (of (B, K, H, A)) the critic values highest.
 
-    The critic's minimum over its heads values both; ties keep the actor's chunk
-    (`Stage2Config.eval_q_filter`): the actor changes only what the critic expects it to
-    improve.
+    The critic values each candidate by the minimum over its heads, one call per candidate
+    (the batch of an evaluation stays the workers' batch: its float rounding does not depend
+    on how many candidates there are); ties keep the earlier candidate (the actor's comes
+    first: another runs only where the critic expects it to do better).
     """
-    ref_chunk = obs.ref_chunk[:, : actor_chunk.shape[1]].clamp(-1.0, 1.0)
-    q_actor = critic(obs, actor_chunk).min(dim=-1).values
-    q_ref = critic(obs, ref_chunk).min(dim=-1).values
-    return torch.where((q_actor >= q_ref)[:, None, None], actor_chunk, ref_chunk)
+    count = candidates.shape[1]
+    q_values = torch.stack(
+        [critic(obs, candidates[:, index]).min(dim=-1).values for index in range(count)], dim=1
+    )
+    best = q_values.argmax(dim=1)
+    return candidates[torch.arange(candidates.shape[0], device=candidates.device), best]

@@ -39,7 +39,7 @@ import torch
 
 from rpent_agents.common.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.common.finite_checks import require_finite_tensors
-from rpent_agents.stage2.algorithm import act_chunks
+from rpent_agents.stage2.algorithm import QRanking, act_chunks
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import Actor, RLTDims, TwinQCritic
@@ -234,6 +234,9 @@ def save_weights(learner: Stage2Learner, path: Path, gate: Mapping[str, Any] | N
         "actor": learner.acting_actor.state_dict(),
         "critic": learner.critic.state_dict(),
         "eval_q_filter": learner.config.eval_q_filter,
+        "acting_samples": learner.config.acting_samples,
+        "acting_sample_std": learner.config.acting_sample_std,
+        "actor_ready": learner.ready_for_online,
         "gate": dict(gate or {}),
     }
     require_finite_networks(weights, WEIGHTS_NETWORKS, f"saving Stage 2 weights to {path}")
@@ -294,24 +297,36 @@ def load_weights(learner: Stage2Learner, path: Path) -> None:
 
 
 class TrainedActor(NamedTuple):
-    """A trained Stage 2 actor to act with, and the critic that filters its chunks.
+    """A trained Stage 2 actor to act with, and the critic that ranks its chunks.
 
     Attributes:
         actor: The actor, in evaluation mode.
-        q_filter: The run's critic when it evaluated with `eval_q_filter` (the reference's
-            chunk wherever the critic values it higher), else None.
+        q_filter: The run's critic when it evaluated through it (`eval_q_filter`, or
+            `acting_samples`: the candidate chunk it values highest runs, `QRanking`), else
+            None.
         gate: When it drives, as in training (e.g. `{"trigger_mode": "auto",
             "missed_grasp_chunks": 4}` for the peg stack, `PegRLTConfig.with_gate_settings`);
             empty for files saved before the gate was stored: the stack's default gate.
+        samples: Perturbations of its mean the critic also values (`acting_samples`).
+        sample_std: Their std before the tanh (`acting_sample_std`).
+        ready: Whether the run's learner let it drive when the file was written (its warm-up
+            done: `Stage2Learner.ready_for_online`); an actor that is not ready never acts,
+            the reference drives where it would (files saved before this was stored: True).
     """
 
     actor: Actor
     q_filter: TwinQCritic | None
     gate: Mapping[str, Any] = MappingProxyType({})
+    samples: int = 0
+    sample_std: float = 0.0
+    ready: bool = True
 
     def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Flat mean chunks (B, H*A) for batched RLT observations, filtered as the run was."""
-        return act_chunks(self.actor, obs, deterministic=True, q_filter=self.q_filter)
+        """Flat mean chunks (B, H*A) for batched RLT observations, ranked as the run was."""
+        ranking = None
+        if self.q_filter is not None:
+            ranking = QRanking(self.q_filter, self.samples, self.sample_std)
+        return act_chunks(self.actor, obs, deterministic=True, ranking=ranking)
 
 
 def load_actor(
@@ -341,12 +356,20 @@ def load_actor(
         dims, chunk_len, state["backbone.0.weight"].shape[0], _linear_layers(state, "backbone.")
     )
     actor.load_state_dict(state)
+    samples = int(weights.get("acting_samples", 0))  # files saved before it: no samples
     q_filter = None
-    if weights.get("eval_q_filter", False):  # files saved before the filter: False
+    if weights.get("eval_q_filter", False) or samples > 0:  # older files: no filter
         q_filter = TwinQCritic.from_state_dict(dims, chunk_len, weights["critic"])
         q_filter = q_filter.to(device).eval().requires_grad_(False)
     actor = actor.to(device).eval().requires_grad_(False)
-    return TrainedActor(actor, q_filter, dict(weights.get("gate", {})))
+    return TrainedActor(
+        actor,
+        q_filter,
+        dict(weights.get("gate", {})),
+        samples=samples,
+        sample_std=float(weights.get("acting_sample_std", 0.0)),
+        ready=bool(weights.get("actor_ready", True)),
+    )
 
 
 def actor_gate(path: Path | None) -> dict[str, Any]:

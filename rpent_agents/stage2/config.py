@@ -123,6 +123,15 @@ class Stage2Config:
     """When acting deterministically (evaluation, deployment), run the reference chunk instead
     of the actor's wherever the critic (min over heads) values the reference's higher: the
     actor then changes only what the critic expects it to improve. Off in the reference."""
+    acting_samples: int = 0
+    """Q-ranked acting (EXPO, PA-RL): besides the actor's chunk, this many perturbations of
+    its mean (`acting_sample_std` before the tanh) and the reference chunk are valued by the
+    critic (minimum over its heads) and the best one runs, when exploring and when acting
+    deterministically (fixed perturbations: an evaluated episode depends on its seed only);
+    no robot time is spent on the candidates. 0: the actor's chunk (`eval_q_filter` still
+    chooses between it and the reference's at evaluation). Off in the reference."""
+    acting_sample_std: float = 0.2
+    """Std of the perturbations `acting_samples` adds to the actor's mean, before the tanh."""
     acting_actor_tau: float | None = None
     """Keep a Polyak average of the actor for acting deterministically (evaluation,
     deployment, the run's weights file): after every actor step it moves this fraction of
@@ -203,6 +212,11 @@ class Stage2Config:
                 "Stage2Config.acting_actor_tau must lie in (0, 1] or be None (the trained "
                 f"actor acts), got {self.acting_actor_tau}"
             )
+        if self.acting_samples < 0 or self.acting_sample_std < 0:
+            raise ValueError(
+                "Stage2Config.acting_samples and acting_sample_std must be >= 0, got "
+                f"{self.acting_samples} and {self.acting_sample_std}"
+            )
         if self.sample_window < 1:
             raise ValueError(f"Stage2Config.sample_window must be >= 1, got {self.sample_window}")
 
@@ -238,6 +252,25 @@ class Stage2Config:
             "act_during_updates": True,
         }
         return cls(**(preset | overrides))
+
+    @classmethod
+    def robot_hour(cls, **overrides: Any) -> Stage2Config:
+        """`rpent-stage2 robot-hour`'s learner, with `overrides` applied.
+
+        `sample_efficient()` rescheduled for 30k env steps, about an hour of a 10 Hz arm:
+        learning from the first few hundred transitions, more updates per transition, the
+        actor ready after a short warm-up, and Q-ranked acting among perturbations of its
+        chunk and the reference (docs/agents/training.md#presets-and-options).
+        """
+        preset = {
+            "learning_starts": 200,
+            "warmup_updates": 1500,
+            "weight_warmup_updates": 1000,
+            "weight_ramp_updates": 3000,
+            "update_epoch": 40,
+            "acting_samples": 8,
+        }
+        return cls.sample_efficient(**(preset | overrides))
 
     @classmethod
     def real_robot(cls, **overrides: Any) -> Stage2Config:

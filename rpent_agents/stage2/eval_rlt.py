@@ -271,7 +271,9 @@ def _policy(args: EvalRLTArgs, envs: Any) -> tuple[Any, bool]:
     dims = RLTDims.from_observation_space(envs.single_observation_space)
     device = resolve_device(args.env.feature_device)
     actor = load_actor(args.stage2_run, dims, args.env.chunk_len, device)
-    return actor.act, True
+    if not actor.ready:  # saved before its warm-up ended: it never drives
+        logger.warning("the actor of %s is not ready: the base policy is measured", args.stage2_run)
+    return actor.act, actor.ready
 
 
 def main() -> None:

@@ -95,9 +95,12 @@ class EvalResult:
         steps = [count for count in steps if count > 0]
         return float(np.median(steps)) if steps else None
 
-    def point(self, env_steps: int, updates: int, wall_time_s: float) -> EvalPoint:
+    def point(
+        self, env_steps: int, updates: int, wall_time_s: float, actor_ready: bool = True
+    ) -> EvalPoint:
         """This evaluation as a point of a run's curve, after the given training counts."""
         return EvalPoint(
+            actor_ready=actor_ready,
             env_steps=env_steps,
             success_rate=self.success_rate,
             updates=updates,

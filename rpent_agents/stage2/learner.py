@@ -162,7 +162,8 @@ class Stage2Learner(Stage2Algorithm):
         """
         if not deterministic and self.behaviour_actor is not None:
             self._wait_for_behaviour_copy()
-            return act_chunks(self.behaviour_actor, obs, False, self.noise_generator)
+            ranking = self.q_ranking(self.behaviour_critic, deterministic=False)
+            return act_chunks(self.behaviour_actor, obs, False, self.noise_generator, ranking)
         self.wait_for_updates()
         return super().act(obs, deterministic)
 

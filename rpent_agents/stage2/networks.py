@@ -144,15 +144,28 @@ class Actor(nn.Module):
             ref_dropout_prob: Reference dropout probability (the actor loss only).
             generator: Random source of the noise and the dropout (default generator: None).
         """
-        ref_flat = obs.ref_chunk[:, : self.chunk_len].flatten(1)
-        ref_flat = reference_dropout(ref_flat, ref_dropout_prob, generator)
-        mean = self.mean(self.backbone(torch.cat([ref_flat, obs.z_rl, obs.proprio], dim=-1)))
+        mean = self.pre_tanh_mean(obs, ref_dropout_prob, generator)
         if not deterministic:
             noise = torch.randn(
                 mean.shape, generator=generator, device=mean.device, dtype=mean.dtype
             )
             mean = mean + self.noise_std * noise
-        return torch.tanh(mean).view(-1, self.chunk_len, self.action_dim)
+        return self.squash(mean)
+
+    def pre_tanh_mean(
+        self,
+        obs: RLTObs,
+        ref_dropout_prob: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """The chunks' means before the tanh, flat (B, H*A) (see `forward`)."""
+        ref_flat = obs.ref_chunk[:, : self.chunk_len].flatten(1)
+        ref_flat = reference_dropout(ref_flat, ref_dropout_prob, generator)
+        return self.mean(self.backbone(torch.cat([ref_flat, obs.z_rl, obs.proprio], dim=-1)))
+
+    def squash(self, pre_tanh: torch.Tensor) -> torch.Tensor:
+        """Flat pre-tanh chunks (..., H*A) as action chunks (..., H, A) in [-1, 1]."""
+        return torch.tanh(pre_tanh).view(*pre_tanh.shape[:-1], self.chunk_len, self.action_dim)
 
 
 def _q_head(input_dim: int, hidden_dim: int, num_layers: int) -> nn.Sequential:

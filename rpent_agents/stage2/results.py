@@ -18,11 +18,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> list[float]:
+    """The Wilson score interval of a success rate, [low, high] (95% by default).
+
+    Example:
+        >>> [round(bound, 3) for bound in wilson_interval(192, 256)]
+        [0.694, 0.799]
+    """
+    if trials <= 0:
+        raise ValueError(f"wilson_interval needs at least one trial, got {trials}")
+    rate, z_squared = successes / trials, z * z
+    centre = rate + z_squared / (2 * trials)
+    half_width = z * math.sqrt(rate * (1 - rate) / trials + z_squared / (4 * trials * trials))
+    denominator = 1.0 + z_squared / trials
+    return [
+        max((centre - half_width) / denominator, 0.0),
+        min((centre + half_width) / denominator, 1.0),
+    ]
 
 
 @dataclass
@@ -47,6 +67,38 @@ class EvalPoint:
     successful_seeds: list[int]
     median_success_len: float | None = None
     critical_phase_median_steps: float | None = None
+    actor_ready: bool = True
+    """Whether the actor drove where the gate opens (False: its warm-up had not ended, so
+    the reference drove and the point measures the base policy)."""
+
+
+@dataclass
+class TestEvaluation:
+    """The base policy and the final actor on the fixed test seeds, nothing chosen on them.
+
+    Attributes:
+        seeds: The test seeds (one episode each, for the base and for the actor).
+        base_success_rate: The base policy's success rate on them.
+        base_success_ci95: Its Wilson 95% interval, [low, high].
+        base_successful_seeds: The seeds the base policy solved.
+        base_critical_phase_median_steps: Median critical-phase steps of its successes.
+        success_rate: The actor's success rate on them (the run's final figure).
+        success_ci95: Its Wilson 95% interval, [low, high].
+        successful_seeds: The seeds the actor solved.
+        critical_phase_median_steps: Median critical-phase steps of its successes.
+        actor_ready: Whether the actor drove (False: not ready, the reference drove).
+    """
+
+    seeds: list[int]
+    base_success_rate: float
+    base_success_ci95: list[float]
+    base_successful_seeds: list[int]
+    base_critical_phase_median_steps: float | None
+    success_rate: float
+    success_ci95: list[float]
+    successful_seeds: list[int]
+    critical_phase_median_steps: float | None
+    actor_ready: bool = True
 
 
 @dataclass
@@ -75,6 +127,11 @@ class LearningResults:
             "evaluations" (the actor's), "checkpoints" and "training" (the rest).
         stop_reason: Why the run stopped ("" while it runs).
         args: The run's arguments.
+        train_seed: Seed of the first training episode (episode k uses train_seed + k).
+        intervention_env_steps: Training env steps an expert (or a human) drove.
+        test: The final evaluation on the fixed test seeds (None: the run has none); the
+            final figures (`final_success_rate`, `final_success_ci95`, the critical phase)
+            are then its.
     """
 
     eval_seeds: list[int]
@@ -93,6 +150,9 @@ class LearningResults:
     wall_time_parts_s: dict[str, float] = field(default_factory=dict)
     stop_reason: str = ""
     args: dict[str, Any] = field(default_factory=dict)
+    train_seed: int | None = None
+    intervention_env_steps: int = 0
+    test: TestEvaluation | None = None
 
     def add_wall_time(self, part: str, seconds: float) -> None:
         """Add `seconds` to one of `wall_time_parts_s` (not "training": the rest)."""
@@ -110,19 +170,52 @@ class LearningResults:
 
     @property
     def final_success_rate(self) -> float | None:
-        """Success rate of the latest evaluation of the actor (None before the first)."""
+        """The actor's success on the test seeds, else at its latest evaluation (None: none)."""
+        if self.test is not None:
+            return self.test.success_rate
         return self.evals[-1].success_rate if self.evals else None
 
     @property
-    def gain_points(self) -> float | None:
-        """Latest actor success minus base success, in percentage points."""
-        if self.base_success_rate is None or self.final_success_rate is None:
+    def final_success_ci95(self) -> list[float] | None:
+        """The Wilson 95% interval of `final_success_rate` (None before the first)."""
+        if self.test is not None:
+            return self.test.success_ci95
+        if not self.evals:
             return None
-        return 100.0 * (self.final_success_rate - self.base_success_rate)
+        point = self.evals[-1]
+        return wilson_interval(len(point.successful_seeds), len(self.eval_seeds))
+
+    @property
+    def base_success_ci95(self) -> list[float] | None:
+        """The Wilson 95% interval of `base_success_rate` (the held-out seeds' base)."""
+        if self.base_success_rate is None:
+            return None
+        return wilson_interval(len(self.base_successful_seeds), len(self.eval_seeds))
+
+    @property
+    def final_base_success_rate(self) -> float | None:
+        """The base's success on the seeds of `final_success_rate` (the test seeds if any)."""
+        return self.test.base_success_rate if self.test is not None else self.base_success_rate
+
+    @property
+    def final_seeds_note(self) -> str:
+        """Where the final figures were measured, for a line a person reads."""
+        if self.test is not None:
+            return f", {len(self.test.seeds)} test seeds from {self.test.seeds[0]}"
+        return f", {len(self.eval_seeds)} held-out seeds"
+
+    @property
+    def gain_points(self) -> float | None:
+        """Final actor success minus the base's on the same seeds, in percentage points."""
+        if self.final_base_success_rate is None or self.final_success_rate is None:
+            return None
+        return 100.0 * (self.final_success_rate - self.final_base_success_rate)
 
     @property
     def critical_phase_median_steps(self) -> float | None:
-        """Median critical-phase steps of the latest evaluation's successes (None: none)."""
+        """Median critical-phase steps of the final evaluation's successes (None: none)."""
+        if self.test is not None:
+            return self.test.critical_phase_median_steps
         return self.evals[-1].critical_phase_median_steps if self.evals else None
 
     @property
@@ -136,6 +229,9 @@ class LearningResults:
         """The fields plus the derived figures (final success, gain, critical phase, speed)."""
         return dataclasses.asdict(self) | {
             "final_success_rate": self.final_success_rate,
+            "final_success_ci95": self.final_success_ci95,
+            "base_success_ci95": self.base_success_ci95,
+            "test_seeds": self.test.seeds if self.test is not None else None,
             "gain_points": self.gain_points,
             "critical_phase_median_steps": self.critical_phase_median_steps,
             "train_env_steps_per_s_median": self.train_env_steps_per_s_median,
@@ -156,6 +252,8 @@ class LearningResults:
         names = {item.name for item in dataclasses.fields(cls)}
         values = {key: value for key, value in values.items() if key in names}
         values["evals"] = [EvalPoint(**point) for point in values.get("evals", [])]
+        if values.get("test") is not None:
+            values["test"] = TestEvaluation(**values["test"])
         return cls(**values)
 
     def plot(self, path: Path, title: str = "Stage 2 on RPent/PegInsertion-RLT-v0") -> None:
@@ -170,9 +268,11 @@ class LearningResults:
             axes.plot(steps, rates, marker="o", label="actor (mean chunk)")
         if self.base_success_rate is not None:
             axes.axhline(self.base_success_rate, linestyle="--", color="gray", label="base policy")
+        if self.test is not None:
+            self._plot_test(axes)
         axes.set(
             xlabel="training env steps",
-            ylabel=f"success rate ({len(self.eval_seeds)} held-out seeds)",
+            ylabel=f"success rate ({len(self.eval_seeds)} validation seeds)",
             ylim=(-0.02, 1.02),
             title=title,
         )
@@ -183,3 +283,14 @@ class LearningResults:
         temporary = path.with_name(path.name + ".tmp.png")
         figure.savefig(temporary)
         os.replace(temporary, path)
+
+    def _plot_test(self, axes: Any) -> None:
+        """The final actor and the base on the test seeds, with their 95% intervals."""
+        test, steps = self.test, self.env_steps
+        for rate, interval, colour, label in (
+            (test.success_rate, test.success_ci95, "tab:red", "actor, test seeds"),
+            (test.base_success_rate, test.base_success_ci95, "black", "base, test seeds"),
+        ):
+            error = [[rate - interval[0]], [interval[1] - rate]]
+            axes.errorbar([steps], [rate], yerr=error, fmt="s", color=colour, capsize=4,
+                          label=f"{label} ({len(test.seeds)})")  # fmt: skip

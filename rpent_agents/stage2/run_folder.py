@@ -108,7 +108,9 @@ def start_or_resume(
     """A fresh learner and results, or the ones saved in args.output_dir."""
     eval_seeds = list(range(args.eval_seed, args.eval_seed + args.num_eval_episodes))
     if not args.resume:
-        results = LearningResults(eval_seeds=eval_seeds, args=dataclasses.asdict(args))
+        results = LearningResults(
+            eval_seeds=eval_seeds, args=dataclasses.asdict(args), train_seed=args.train_seed
+        )
         return Stage2Learner(config, dims), RunState(), results
     learner, extra = resume_run(args.output_dir / "run")
     results = LearningResults.load(saved_results_path(args.output_dir))

@@ -7,6 +7,7 @@ and its loop `trainer`'s (`train`, `Stage2Run`), its folder `run_folder`'s.
     rpent-stage2 sample-efficient --output-dir runs/rlt_fast --env.render-backend gpu
     rpent-stage2 sample-efficient --output-dir runs/rlt_fast --resume --max-minutes 9
     rpent-stage2 sample-efficient --rollout ray --ray-address auto --num-workers 64
+    rpent-stage2 robot-hour --output-dir runs/rlt_hour    # 30k env steps, test seeds at the end
 
 `--rollout vector` (default) runs `--num-envs` worker processes on this machine; `--rollout ray`
 runs `--num-workers` Ray actors of `--envs-per-worker` envs each on a Ray cluster (docs/ray.md).
@@ -32,8 +33,9 @@ def main() -> None:
     with command("rpent-stage2"):
         results = train(tyro.extras.overridable_config_cli(PRESETS))
         print(
-            f"base {results.base_success_rate:.3f} -> actor {results.final_success_rate:.3f} "
-            f"({results.gain_points:+.1f} points) after {results.env_steps} env steps, "
+            f"base {results.final_base_success_rate:.3f} -> actor "
+            f"{results.final_success_rate:.3f} ({results.gain_points:+.1f} points"
+            f"{results.final_seeds_note}) after {results.env_steps} env steps, "
             f"{results.wall_time_s / 60:.1f} min; {results.stop_reason}"
         )
         parts = ", ".join(f"{part} {s:.0f}" for part, s in results.wall_time_parts_s.items())

@@ -1,4 +1,4 @@
-"""The arguments of `rpent-stage2` and its two presets, `reference` and `sample-efficient`.
+"""The arguments of `rpent-stage2` and its presets: `reference`, `sample-efficient`, `robot-hour`.
 
 `Stage2TrainArgs()` is the `reference` preset (DESIGN.md §4 exactly);
 `Stage2TrainArgs.sample_efficient()` scales it to the peg task's 300k env-step budget. The
@@ -51,6 +51,14 @@ class Stage2TrainArgs:
     """First held-out reset seed (the Stage 1 demonstrations use 1000 on)."""
     num_eval_episodes: int = 100
     """Held-out seeds eval_seed, eval_seed + 1, ...: one episode each per evaluation."""
+    test_seed: int | None = None
+    """First of the fixed test seeds (e.g. 50000; None: no test evaluation): at the end of a
+    run that reached total_env_steps, the base policy and the final actor run one episode on
+    each of test_seed .. test_seed + num_test_episodes - 1, the run's final figures (with
+    Wilson 95% intervals in results.json). Choose presets and runs on the held-out seeds;
+    report on these, never tune on them."""
+    num_test_episodes: int = 256
+    """How many test seeds (with --test-seed)."""
     eval_every_env_steps: int = 50_000
     """Training env steps between evaluations of the actor (and at the end)."""
     save_every_env_steps: int = 20_000
@@ -93,6 +101,22 @@ class Stage2TrainArgs:
                 f"--train-seed {self.train_seed} must exceed the held-out seeds "
                 f"{self.eval_seed}..{self.eval_seed + self.num_eval_episodes - 1}"
             )
+        if self.test_seeds and not (
+            self.eval_seed + self.num_eval_episodes <= self.test_seeds[0]
+            and self.test_seeds[-1] < self.train_seed
+        ):
+            raise ValueError(
+                f"--test-seed {self.test_seed}: the test seeds {self.test_seeds[0]}.."
+                f"{self.test_seeds[-1]} must lie after the held-out seeds (from "
+                f"{self.eval_seed}) and before --train-seed {self.train_seed}"
+            )
+
+    @property
+    def test_seeds(self) -> list[int]:
+        """The fixed test seeds of the final evaluation (empty without --test-seed)."""
+        if self.test_seed is None:
+            return []
+        return list(range(self.test_seed, self.test_seed + self.num_test_episodes))
 
     @classmethod
     def sample_efficient(cls, **overrides: Any) -> Stage2TrainArgs:
@@ -106,6 +130,25 @@ class Stage2TrainArgs:
             "env": PegRLTConfig.sample_efficient(),
             "stage2": Stage2Config.sample_efficient(),
             "ready_envs": 8,
+        }
+        return cls(**(preset | overrides))
+
+    @classmethod
+    def robot_hour(cls, **overrides: Any) -> Stage2TrainArgs:
+        """`rpent-stage2 robot-hour`, with `overrides` applied (see `PRESETS`).
+
+        RLT within about an hour of robot time: 30k env steps in all, the learner's
+        `Stage2Config.robot_hour()`, evaluations every 5k env steps on the validation seeds
+        and the final one on the test seeds 50000..50255.
+        """
+        preset = {
+            "env": PegRLTConfig.sample_efficient(),
+            "stage2": Stage2Config.robot_hour(),
+            "ready_envs": 8,
+            "total_env_steps": 30_000,
+            "eval_every_env_steps": 5_000,
+            "save_every_env_steps": 5_000,
+            "test_seed": 50_000,
         }
         return cls(**(preset | overrides))
 
@@ -126,6 +169,13 @@ PRESETS = {
         "training acts on copies of the actor and critic taken before each train step's "
         "updates, which on a GPU run on a CUDA stream of their own",
         Stage2TrainArgs.sample_efficient(),
+    ),
+    "robot-hour": (
+        "RLT within about an hour of robot time: 30k env steps in all, learning after 200 "
+        "transitions, 8 updates per transition, the actor ready after 1500 updates, Q-ranked "
+        "acting among 8 perturbations of its chunk and the reference; evaluations every 5k "
+        "env steps on the held-out seeds, the final one on the test seeds 50000..50255",
+        Stage2TrainArgs.robot_hour(),
     ),
 }
 """`rpent-stage2`'s presets by name: (description shown by --help, arguments)."""

@@ -34,12 +34,13 @@ from rpent_agents.rollout.vector import (
     reset_envs,
 )
 from rpent_agents.rollout.worker import NO_RESET_SEED, WorkerMode
-from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
+from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.learner import Stage2Learner, TrainStepScalars
 from rpent_agents.stage2.loop_profile import LoopProfile, PartTimer
 from rpent_agents.stage2.networks import RLTDims
 from rpent_agents.stage2.results import LearningResults
 from rpent_agents.stage2.rollout_stats import ChunkStats, EpisodeStats, RolloutDiagnostics
+from rpent_agents.stage2.run_evaluations import RunEvaluations
 from rpent_agents.stage2.run_folder import (
     RunState,
     WallClock,
@@ -90,6 +91,7 @@ class Stage2Run:
         self.obs: dict[str, np.ndarray] = {}
         self.actions = np.zeros(envs.action_space.shape, np.float32)
         self.steps_at_log, self.time_at_log = state.env_steps, time.monotonic()  # env steps/s
+        self.evaluations = RunEvaluations(envs, learner, results, log, args.eval_ready_envs)
 
     def run(self) -> LearningResults:
         """Train until total_env_steps or the time budget; evaluate and save at the end."""
@@ -98,7 +100,8 @@ class Stage2Run:
 
     def _run(self) -> LearningResults:
         if self.results.base_success_rate is None:
-            self.measure_base_policy()
+            self.evaluations.base(self.state.env_steps)
+            self.state.eval_wall_time_s = self.evaluations.latest_wall_time_s
         self.checkpoint()
         self.obs = self.start_training_episodes()
         with tqdm(total=self.args.total_env_steps, initial=self.state.env_steps) as progress:
@@ -116,6 +119,8 @@ class Stage2Run:
         if self.state.last_eval_env_steps != self.state.env_steps:
             self.evaluate_actor()
         finished = self.state.env_steps >= self.args.total_env_steps
+        if finished and self.args.test_seeds and self.results.test is None:
+            self.evaluations.test(self.args.test_seeds, self.state.env_steps)
         self.results.stop_reason = "total_env_steps" if finished else "max_minutes"
         self.checkpoint()
         return self.results
@@ -272,6 +277,8 @@ class Stage2Run:
             kept_envs, items, transitions, q_values, strict=True
         ):
             self.chunk_stats.record(info, transition)
+            intervened_steps = ChunkInfo.from_info(info).intervened_steps
+            self.results.intervention_env_steps += int(intervened_steps.sum())
             self.episode_stats.record(env_index, info, ended or cut)
             self.diagnostics.record(
                 env_index, info, env_obs, actions[env_index], q_value, ended or cut
@@ -313,48 +320,12 @@ class Stage2Run:
         since_save = self.state.env_steps - self.state.last_save_env_steps
         return since_save >= self.args.save_every_env_steps
 
-    def evaluate(self, actor_ready: bool) -> EvalResult:
-        """One episode per held-out seed; the actor's mean chunk where it drives."""
-        args = self.args
-        result = evaluate_on_seeds(
-            self.envs,
-            range(args.eval_seed, args.eval_seed + args.num_eval_episodes),
-            act=lambda obs: self.learner.act(obs, deterministic=True),
-            actor_ready=actor_ready,
-            progress_label="eval actor" if actor_ready else "eval base policy",
-            ready_envs=args.eval_ready_envs,
-        )
-        self.results.eval_env_steps += result.env_steps
-        self.state.eval_wall_time_s = result.wall_time_s
-        part = "evaluations" if actor_ready else "base_evaluation"
-        self.results.add_wall_time(part, result.wall_time_s)
-        return result
-
-    def measure_base_policy(self) -> None:
-        """Base policy success on the held-out seeds (reference chunks only; once per run)."""
-        base = self.evaluate(actor_ready=False)
-        self.results.base_success_rate = base.success_rate
-        self.results.base_successful_seeds = base.successful_seeds
-        self.results.base_median_success_len = base.median_success_len
-        self.results.base_critical_phase_median_steps = base.critical_phase_median_steps
-        scalars = {"eval/base_success_once": base.success_rate} | base.scalars
-        self.log.write(scalars, step=self.state.env_steps)
-        logger.info("base policy success %.3f (%.0f s)", base.success_rate, base.wall_time_s)
-
     def evaluate_actor(self) -> None:
-        """Evaluate the actor and add the point to the curve."""
-        result = self.evaluate(actor_ready=True)
-        point = result.point(
-            self.state.env_steps, self.learner.update_step, self.clock.run_wall_time_s
-        )
-        self.results.add_eval(point)
+        """Evaluate the actor on the validation seeds and add the point to the curve."""
+        self.evaluations.actor(self.state.env_steps, self.clock.run_wall_time_s)
+        self.state.eval_wall_time_s = self.evaluations.latest_wall_time_s
         self.state.last_eval_env_steps = self.state.env_steps
         self.episode_stats = EpisodeStats(self.num_envs)  # its episodes were abandoned
-        self.log.write(result.scalars, step=self.state.env_steps)
-        logger.info(
-            "env step %d: actor success %.3f (base %.3f)",
-            self.state.env_steps, result.success_rate, self.results.base_success_rate,
-        )  # fmt: skip
 
     def checkpoint(self) -> None:
         """Save the run with its results as one set, then the results' copy and the plot."""

@@ -101,6 +101,14 @@ def test_exploring_one_train_step_behind_learns_the_task_too(reference_success):
     assert success >= LEARNED and success >= reference_success + 0.3
 
 
+def test_q_ranked_acting_learns_the_task_too(reference_success):
+    # the robot-hour preset's acting: the critic picks among perturbations of the actor's
+    # chunk and the reference, when exploring and at evaluation
+    assert Stage2Config.robot_hour().acting_samples == 8
+    success = trained_success(acting_samples=8)
+    assert success >= LEARNED and success >= reference_success + 0.3
+
+
 def _bootstrap_sign_flipped(rewards, done, next_q_min, gamma, bootstrap_type="standard"):
     return _TD_TARGET(rewards, done, -next_q_min, gamma, bootstrap_type)
 
@@ -112,10 +120,12 @@ def _q_term_sign_flipped(q1_of_actor, bc_loss, q_weight, bc_weight, scale=1.0):
 _TD_TARGET, _ACTOR_LOSS = losses.td_target, losses.actor_loss
 
 
+@pytest.mark.parametrize("acting_samples", [0, 8])
 @pytest.mark.parametrize(
     ("name", "broken"),
     [("td_target", _bootstrap_sign_flipped), ("actor_loss", _q_term_sign_flipped)],
 )
-def test_a_sign_error_fails_the_learning_check(monkeypatch, name, broken):
+def test_a_sign_error_fails_the_learning_check(monkeypatch, name, broken, acting_samples):
+    # with Q-ranked acting too: a critic that learned the wrong values must not rescue it
     monkeypatch.setattr(losses, name, broken)
-    assert trained_success() < LEARNED
+    assert trained_success(acting_samples=acting_samples) < LEARNED

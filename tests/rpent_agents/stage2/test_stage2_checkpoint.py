@@ -127,6 +127,31 @@ def test_the_gate_the_actor_was_trained_with_travels_with_its_weights(tmp_path):
     assert actor_gate(tmp_path / "old.pt") == {}
 
 
+def test_an_actor_saved_before_its_warm_up_ended_is_not_ready_to_drive(tmp_path):
+    learner = Stage2Learner(dataclasses.replace(SMALL, warmup_updates=1000), DIMS)
+    save_weights(learner, tmp_path / "early.pt")
+    assert not load_actor(tmp_path / "early.pt", DIMS, CHUNK_LEN).ready
+    ready = _trained_learner()
+    ready.run_updates(SMALL.warmup_updates)  # its warm-up done
+    assert ready.ready_for_online
+    save_weights(ready, tmp_path / "ready.pt")
+    assert load_actor(tmp_path / "ready.pt", DIMS, CHUNK_LEN).ready
+    # a file saved before readiness was stored: ready, as it was used then
+    weights = torch.load(tmp_path / "early.pt", weights_only=True)
+    del weights["actor_ready"]
+    torch.save(weights, tmp_path / "old.pt")
+    assert load_actor(tmp_path / "old.pt", DIMS, CHUNK_LEN).ready
+
+
+def test_a_weights_file_acts_with_the_q_ranking_it_was_trained_with(tmp_path):
+    ranked = dataclasses.replace(SMALL, acting_samples=6, acting_sample_std=0.5)
+    learner = _trained_learner(ranked)
+    save_weights(learner, tmp_path / "weights.pt")
+    actor = load_actor(tmp_path / "weights.pt", DIMS, CHUNK_LEN)
+    assert (actor.samples, actor.sample_std) == (6, 0.5) and actor.q_filter is not None
+    np.testing.assert_allclose(actor.act(OBS), learner.act(OBS, True), atol=1e-6)
+
+
 def test_a_weights_file_for_other_sizes_or_another_file_is_refused(tmp_path):
     learner = _trained_learner()
     save_weights(learner, tmp_path / "weights.pt")

@@ -214,6 +214,50 @@ def test_the_q_filter_runs_the_reference_where_the_critic_prefers_it():
     assert not np.allclose(noisy.reshape(2, CHUNK_LEN, 2)[0], 0.9)
 
 
+class TargetCritic(torch.nn.Module):
+    """Q = -|chunk - target|^2 for one target chunk shared by every sample (two equal heads)."""
+
+    def __init__(self, target):
+        super().__init__()
+        self.target = target
+
+    def forward(self, obs, chunk):
+        q = -((chunk - self.target) ** 2).flatten(1).sum(dim=-1, keepdim=True)
+        return torch.cat([q, q], dim=-1)
+
+
+def test_q_ranked_acting_runs_the_candidate_the_critic_values_highest():
+    learner = _learner(acting_samples=16, acting_sample_std=1.0)
+    obs = {"z_rl": np.ones((3, 4)), "proprio": np.ones((3, 2)),
+           "ref_chunk": np.full((3, 3, 2), -0.9, np.float32)}  # fmt: skip
+    mean_chunk = learner.actor(obs_to_tensors(obs, learner.device), deterministic=True)
+    # The critic wants the actor's mean moved by 0.5: only a perturbation comes closer to
+    # it than the actor's chunk and the reference's.
+    learner.critic = TargetCritic((mean_chunk[0] + 0.5).clamp(-1, 1))
+    chosen = torch.as_tensor(learner.act(obs, deterministic=True)).reshape(3, CHUNK_LEN, 2)
+    q_chosen = learner.critic(None, chosen)[:, 0]
+    assert torch.all(q_chosen > learner.critic(None, mean_chunk)[:, 0])
+    assert not torch.allclose(chosen[0], torch.full_like(chosen[0], -0.9))
+    # Deterministic: the same chunks again, and a row's choice whatever else is in the batch
+    # (up to the networks' float rounding, which depends on the batch size).
+    again = learner.act(obs, deterministic=True).reshape(3, CHUNK_LEN, 2)
+    alone = learner.act({key: values[1:2] for key, values in obs.items()}, deterministic=True)
+    np.testing.assert_array_equal(again, chosen.numpy())
+    np.testing.assert_allclose(alone.reshape(CHUNK_LEN, 2), chosen[1].numpy(), atol=1e-6)
+    # Exploring ranks fresh perturbations: the critic's choice beats the actor's mean too.
+    explored = torch.as_tensor(learner.act(obs)).reshape(3, CHUNK_LEN, 2)
+    assert torch.all(learner.critic(None, explored)[:, 0] > learner.critic(None, mean_chunk)[:, 0])
+
+
+def test_q_ranked_acting_keeps_the_reference_where_the_critic_prefers_it():
+    learner = _learner(acting_samples=4)
+    obs = {"z_rl": np.ones((2, 4)), "proprio": np.ones((2, 2)),
+           "ref_chunk": np.full((2, 3, 2), 0.9, np.float32)}  # fmt: skip
+    learner.critic = TargetCritic(torch.full((CHUNK_LEN, 2), 0.9))
+    for deterministic in (True, False):
+        np.testing.assert_allclose(learner.act(obs, deterministic), 0.9)
+
+
 def _bandit_transition(rng, dims):
     """One-chunk episode: reward -|a - target|^2 with a reference biased away from the target."""
     z_rl = rng.uniform(-1, 1, dims.z_dim).astype(np.float32)

@@ -53,7 +53,7 @@ def no_lerobot_site(tmp_path_factory):
 
 def run_training(output_dir, site, *args, check=True, script=("-m", "rpent_agents.stage2.train")):
     path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
-    preset = ["reference"] if script[0] == "-m" else []
+    preset = ["reference"] if script == ("-m", "rpent_agents.stage2.train") else []
     command = [sys.executable, *script, *preset, *TINY_RUN, "--output-dir", str(output_dir), *args]
     result = subprocess.run(
         command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path}
@@ -156,6 +156,31 @@ def test_the_sample_efficient_preset_rescues_missed_grasps_with_kept_scenes(
     assert results["transitions"] > 0
     # the actor keeps the gate it learned under, for whoever acts with it later
     assert actor_gate(output_dir / "run") == {"trigger_mode": "auto", "missed_grasp_chunks": 1}
+
+
+def test_robot_hour_reports_on_test_seeds_and_never_lets_an_unready_actor_drive(
+    no_lerobot_site, tmp_path
+):
+    output_dir = tmp_path / "hour"
+    result = run_training(
+        output_dir, no_lerobot_site, "--total-env-steps", "200", "--num-test-episodes", "2",
+        "--stage2.warmup-updates", "100000",  # the actor is never ready in this run
+        script=("-m", "rpent_agents.stage2.train", "robot-hour"),
+    )  # fmt: skip
+    results = json.loads((output_dir / "results.json").read_text())
+    assert results["args"]["stage2"]["acting_samples"] == 8
+    assert results["train_seed"] == 100_000 and results["test_seeds"] == [50_000, 50_001]
+    assert results["intervention_env_steps"] >= 0 and results["updates"] > 0
+    # not ready: every evaluation measured the reference, so the base's figure on its seeds
+    assert [point["actor_ready"] for point in results["evals"]] == [False, False]
+    assert {point["success_rate"] for point in results["evals"]} == {results["base_success_rate"]}
+    test = results["test"]
+    assert not test["actor_ready"] and test["success_rate"] == test["base_success_rate"]
+    assert results["final_success_rate"] == test["success_rate"]
+    low, high = results["final_success_ci95"]
+    assert 0.0 <= low <= test["success_rate"] <= high <= 1.0
+    assert results["critical_phase_median_steps"] == test["critical_phase_median_steps"]
+    assert "2 test seeds from 50000" in result.stdout
 
 
 def test_the_example_resumes_the_run_with_expert_takeover(first_run, no_lerobot_site, tmp_path):
