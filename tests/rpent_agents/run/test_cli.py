@@ -27,7 +27,10 @@ def peg_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def actor_weights(tmp_path_factory):
-    config = Stage2Config(device="cpu", chunk_len=CHUNK, replay_capacity=1, sample_window=1)
+    # untrained but ready (no warm-up): an actor saved before its warm-up ended never drives
+    config = Stage2Config(
+        device="cpu", chunk_len=CHUNK, replay_capacity=1, sample_window=1, warmup_updates=0
+    )
     learner = Stage2Learner(config, RLTDims(DIM, 9, CHUNK, 8))
     path = tmp_path_factory.mktemp("actor") / "weights.pt"
     save_weights(learner, path)
@@ -131,6 +134,19 @@ def test_actor_chunks_are_linked_to_actor_predictions_and_export_on_request(
         tmp_path / "run", tmp_path / "with_actor", use_videos=False, include_sources=("actor",)
     )
     assert (with_actor.frames, with_actor.episodes) == (20, 1)
+
+
+@pytest.mark.sim
+def test_an_actor_saved_before_its_warm_up_ended_never_drives(peg_checkpoint, tmp_path):
+    config = Stage2Config(device="cpu", chunk_len=CHUNK, replay_capacity=1, sample_window=1)
+    weights_path = tmp_path / "early.pt"
+    save_weights(Stage2Learner(config, RLTDims(DIM, 9, CHUNK, 8)), weights_path)
+    args = RunArgs(
+        seeds=[4], env_kwargs=PEG_KWARGS, policy="actor", checkpoint=peg_checkpoint,
+        stage2_run=weights_path, trigger_mode="always_on", max_episode_steps=20, device="cpu",
+    )  # fmt: skip
+    (episode,) = run_policy(args).episodes
+    assert episode.chunks == {"vla": 2}  # the gate opens at once, the reference drives
 
 
 def franka_env(**overrides):
