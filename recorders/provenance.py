@@ -126,3 +126,47 @@ def provenance_of(env: gym.Env) -> ProvenanceLog:
         return env.get_wrapper_attr(PROVENANCE_ATTR)
     except AttributeError:
         return NullProvenance()
+
+
+def label_chunk(
+    log: ProvenanceLog, source: ActionSource, instruction: str, model: str
+) -> str | None:
+    """Label the actions of the chunk about to execute; log a prediction's chunk as one.
+
+    A chunk of a prediction source ("vla", "actor") is logged as `rpent-run` and the policy
+    switch log it: a tool call named after the source with the instruction as argument, a
+    prediction of `model` inside it, and the label (source, call id, prediction id), so the
+    flywheel can export its actions. Other sources ("expert", "human", ...) get the label
+    alone.
+
+    Args:
+        log: The provenance log (`provenance_of(env)`).
+        source: Who drives the chunk.
+        instruction: The env's instruction (a prediction without one is not exported).
+        model: Who predicted the chunk (the prediction's `model`).
+
+    Returns:
+        The tool call's id, for its result (`log.tool_result`); None without a prediction.
+    """
+    if source not in PREDICTION_SOURCES:
+        log.set_action_source(source)
+        return None
+    call_id = log.tool_call(source, {"instruction": instruction})
+    prediction_id = log.prediction(call_id, instruction, model, source)
+    log.set_action_source(source, call_id=call_id, prediction_id=prediction_id)
+    return call_id
+
+
+def instruction_of(env: gym.Env, info: dict[str, Any]) -> str:
+    """The env's language instruction (`info["task"]` or `task_description`).
+
+    Raises:
+        ValueError: When the env gives none (a prediction needs one to be exported).
+    """
+    instruction = info.get("task") or getattr(env.unwrapped, "task_description", None)
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise ValueError(
+            f"env {env.spec.id if env.spec else env} gives no instruction (info['task'] or"
+            " task_description); a prediction needs one"
+        )
+    return instruction

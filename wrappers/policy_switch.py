@@ -1,30 +1,33 @@
-"""PolicySwitch: once per action chunk, decide who drives: VLA reference, actor or expert.
+"""PolicySwitch: once per action chunk, decide who drives: VLA reference, actor, expert, human.
 
 The switch sits on top of either
 - an RLT observation wrapper (its observation has `ref_chunk`, it executes chunks with
   `step_chunk`): the reference chunk is `observation["ref_chunk"][:H]`; or
 - a raw per-step env, given a `reference` callable: the switch executes chunks itself.
 
-Who drives is decided before each chunk from the trigger (`KeyboardTrigger`, `AutoGate`) and an
-optional `ExpertTakeover`, both updated after each chunk with the infos of its steps. Each
-executed chunk is labelled with its true source ("vla", "actor", "expert") on the provenance
-channel, so a trajectory recorder lower in the stack records every action with its source. The
-label is set before the reference is asked for its chunk: a reference that logs its prediction
-(`vla_prediction`) may relabel with `set_action_source("vla", call_id, prediction_id)`.
+Who drives is decided before each chunk from the trigger (`KeyboardTrigger`, `AutoGate`), an
+optional `ExpertTakeover` and an optional `HumanTakeover` (a person at a teleop device), all
+updated after each chunk with the infos of its steps. Each executed chunk is labelled with its
+true source ("vla", "actor", "expert", "human") on the provenance channel, so a trajectory
+recorder lower in the stack records every action with its source. The label is set before the
+reference is asked for its chunk: a reference that logs its prediction (`vla_prediction`) may
+relabel with `set_action_source("vla", call_id, prediction_id)`. With `log_predictions` the
+switch logs the VLA's and the actor's chunks as predictions itself
+(`recorders.provenance.label_chunk`), so the records export with `rpent-flywheel`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from recorders.provenance import provenance_of
+from recorders.provenance import instruction_of, label_chunk, provenance_of
 from wrappers.chunking import ChunkResult, StepPolicy, execute_chunk
 from wrappers.info_keys import (
     ACTION_SOURCE_KEY,
@@ -39,14 +42,18 @@ from wrappers.info_keys import (
     SKIPPED_CHUNKS_KEY,
     SKIPPED_REWARD_KEY,
 )
+from wrappers.rlt import rlt_chunk_shape
 from wrappers.takeover import ExpertTakeover
+from wrappers.teleop import HumanTakeover
 from wrappers.triggers import SwitchEvent, SwitchTrigger
 
 logger = logging.getLogger(__name__)
 
 ChunkSource = Callable[[Any], np.ndarray | StepPolicy]
 """Reference policy: current observation -> an action chunk (H, A) or a closed-loop step policy."""
-DriverSource = Literal["vla", "actor", "expert"]
+DriverSource = Literal["vla", "actor", "expert", "human"]
+PREDICTION_MODELS: dict[str, str] = {"vla": "policy-switch:vla-reference", "actor": "rlt-actor"}
+"""The `model` of the predictions the switch logs (`log_predictions`), by source."""
 DEFAULT_HORIZON = 10
 RESET_PROGRESS_DELAY_S = 5.0
 """A drop-in reset running longer than this shows a progress bar (chunks, episodes) on stderr."""
@@ -69,19 +76,21 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     One `step(action)` executes one chunk. `action` is the actor's chunk, flat (H*A,) or
     (H, A); it is used only when the actor drives. Before each chunk the driver is chosen:
-    the reference while the trigger is off (or while `actor_ready` is False), the expert while
-    an `ExpertTakeover` has latched, else the actor. After the chunk, the trigger and the
-    takeover are updated with the infos of its steps. The reward is the sum of the chunk's
-    per-step rewards (`info["chunk_rewards"]` has them one by one, `info["step_infos"]` has
-    every step's info).
+    the human while a `HumanTakeover` is engaged (a person's override always holds, whatever
+    the trigger and `actor_ready` say), else the reference while the trigger is off (or while
+    `actor_ready` is False), the expert while an `ExpertTakeover` has latched, else the actor.
+    After the chunk, the trigger and the takeovers are updated with the infos of its steps.
+    The reward is the sum of the chunk's per-step rewards (`info["chunk_rewards"]` has them
+    one by one, `info["step_infos"]` has every step's info).
 
     Info keys of each step (the chunk just executed): `action_source` ("vla", "actor",
-    "expert"), `executed_action` ((chunk_len, A)), `actor_switch` (the actor drove it),
-    `intervene_flag` (the expert drove it), `intervention_requested` (a takeover was latched
-    when it was decided, executed or not), `record_transition` (it was decided inside the
-    critical phase: a replay transition); and for what comes next: `rlt_switch_flags` (the
-    critical phase is on), `rlt_policy_switch_event` (None, "enter_actor",
-    "actor_already_active"), `next_action_source`. `reset()` reports the same keys.
+    "expert", "human"), `executed_action` ((chunk_len, A)), `actor_switch` (the actor drove
+    it), `intervene_flag` (the expert or the human drove it), `intervention_requested` (a
+    takeover was latched or engaged when it was decided, executed or not), `record_transition`
+    (it was decided inside the critical phase: a replay transition, whoever drove it); and for
+    what comes next: `rlt_switch_flags` (the critical phase is on), `rlt_policy_switch_event`
+    (None, "enter_actor", "actor_already_active"), `next_action_source`. `reset()` reports the
+    same keys.
 
     Drop-in mode (`skip_inactive=True`) for generic RL libraries, the one place its rules are
     stated: the wrapper itself executes every chunk the actor does not drive, so the library
@@ -113,9 +122,11 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         *,
         reference: ChunkSource | None = None,
         expert_takeover: ExpertTakeover | None = None,
+        human_takeover: HumanTakeover | None = None,
         horizon: int | None = None,
         skip_inactive: bool = False,
         max_skipped_episodes: int = 100,
+        log_predictions: bool = False,
     ) -> None:
         """Wrap `env`.
 
@@ -126,10 +137,16 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 policy; needed on a raw env, optional above an RLT wrapper (default there:
                 `observation["ref_chunk"][:H]`).
             expert_takeover: Stalled-progress expert takeover (training only); None: off.
+            human_takeover: A person's teleop takeover, toggled by the operator; None: off.
             horizon: Steps per chunk (H); default 10 on a raw env, the RLT wrapper's otherwise.
             skip_inactive: Execute non-actor chunks inside `reset()` (drop-in mode).
             max_skipped_episodes: In drop-in mode, episodes one `reset()` may run without the
                 actor ever getting control before it raises.
+            log_predictions: Log each chunk the VLA or the actor drives as a prediction in its
+                own tool call on the provenance channel, its actions labelled with their ids
+                (`recorders.provenance.label_chunk`), so a recorder's records export with
+                `rpent-flywheel`; the env must give an instruction (`info["task"]` or
+                `task_description`).
 
         Raises:
             ValueError: Without a reference source, or with a horizon that does not fit.
@@ -140,15 +157,19 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
             trigger=trigger,
             reference=reference,
             expert_takeover=expert_takeover,
+            human_takeover=human_takeover,
             horizon=horizon,
             skip_inactive=skip_inactive,
             max_skipped_episodes=max_skipped_episodes,
+            log_predictions=log_predictions,
         )
         gym.Wrapper.__init__(self, env)
         self.trigger = trigger
         self.expert_takeover = expert_takeover
+        self.human_takeover = human_takeover
         self.skip_inactive = skip_inactive
         self.max_skipped_episodes = max_skipped_episodes
+        self.log_predictions = log_predictions
         self._reference = reference
         self._step_chunk = _find_step_chunk(env)
         if self._step_chunk is None and reference is None:
@@ -162,6 +183,8 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._actor_ready = True
         self._switch_on = False
         self._takeover_requested = False
+        self._human_engaged = False
+        self._instruction = ""
         self._observation: Any = None
         self._info: dict[str, Any] = {}
         self._episode_over = True
@@ -189,6 +212,8 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
     @property
     def next_action_source(self) -> DriverSource:
         """Who drives the next chunk."""
+        if self._human_engaged:
+            return "human"
         if not (self._switch_on and self._actor_ready):
             return "vla"
         return "expert" if self._takeover_requested else "actor"
@@ -214,8 +239,10 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return result.observation, result.reward, result.terminated, truncated, info
 
     def close(self) -> None:
-        """Stop the trigger (e.g. its keyboard listener) and close the env."""
+        """Stop the trigger (e.g. its keyboard listener), release the teleop, close the env."""
         self.trigger.close()
+        if self.human_takeover is not None:
+            self.human_takeover.close()
         super().close()
 
     def _reset_episode(self, seed: int | None, options: dict[str, Any] | None) -> None:
@@ -223,8 +250,13 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         update = self.trigger.reset()
         self._switch_on = update.active
         self._takeover_requested = False
+        self._human_engaged = False
         if self.expert_takeover is not None:
             self.expert_takeover.reset()
+        if self.human_takeover is not None:
+            self.human_takeover.reset()
+        if self.log_predictions:
+            self._instruction = instruction_of(self.env, info)
         self._episode_over = False
         empty_chunk = np.zeros((0, self.action_dim), np.float32)
         self._info = {**info, **self._switch_info(None, False, False, empty_chunk, update.event)}
@@ -269,14 +301,22 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def _run_chunk(self, actor_action: Any) -> tuple[ChunkResult, dict[str, Any]]:
         """Execute one chunk with its driver; returns the result and the step's info."""
         source = self.next_action_source
-        decided_in_critical_phase, decided_takeover = self._switch_on, self._takeover_requested
+        decided_in_critical_phase = self._switch_on
+        decided_takeover = self._takeover_requested or self._human_engaged
         # labelled first, so a reference that logs its own prediction can label it with its ids
-        provenance_of(self.env).set_action_source(source)
+        log = provenance_of(self.env)
+        call_id = None
+        if self.log_predictions:
+            call_id = label_chunk(log, source, self._instruction, PREDICTION_MODELS.get(source, ""))
+        else:
+            log.set_action_source(source)
         chunk = self._chunk_for(source, actor_action)
         result, info = self._execute(chunk)
+        if call_id is not None:
+            log.tool_result(call_id, {"steps": len(result.rewards), "done": result.done})
         self._observation = result.observation
         self._episode_over = result.done
-        event = self._update_switch(result.step_infos)
+        event = self._update_switch(result)
         info.update(
             self._switch_info(
                 source,
@@ -290,6 +330,8 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return result, info
 
     def _chunk_for(self, source: DriverSource, actor_action: Any) -> np.ndarray | StepPolicy:
+        if source == "human":
+            return self.human_takeover.step_policy
         if source == "expert":
             return self.expert_takeover.step_policy
         if source == "vla":
@@ -313,11 +355,16 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         observation, _, terminated, truncated, info = self._step_chunk(chunk)
         return ChunkResult.from_chunk_info(observation, terminated, truncated, info), dict(info)
 
-    def _update_switch(self, step_infos: Sequence[Mapping[str, Any]]) -> SwitchEvent | None:
-        update = self.trigger.update(step_infos)
+    def _update_switch(self, result: ChunkResult) -> SwitchEvent | None:
+        update = self.trigger.update(result.step_infos)
         self._switch_on = update.active
         if self.expert_takeover is not None:
-            self._takeover_requested = self.expert_takeover.update(step_infos, update.active)
+            self._takeover_requested = self.expert_takeover.update(result.step_infos, update.active)
+        if self.human_takeover is not None:
+            engaged = self.human_takeover.update(result.step_infos, update.active)
+            if engaged and not self._human_engaged:
+                self.human_takeover.hand_over(result.executed_actions[-1])
+            self._human_engaged = engaged
         return update.event
 
     def _switch_info(
@@ -334,7 +381,7 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
             ACTOR_SWITCH_KEY: source == "actor",
             RECORD_TRANSITION_KEY: decided_in_critical_phase,
             INTERVENTION_REQUESTED_KEY: decided_takeover,
-            INTERVENE_FLAG_KEY: source == "expert",
+            INTERVENE_FLAG_KEY: source in ("expert", "human"),
             EXECUTED_ACTION_KEY: executed_actions,
             ACTION_SOURCE_KEY: source,
             NEXT_ACTION_SOURCE_KEY: self.next_action_source,
@@ -346,7 +393,7 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
             if not isinstance(per_step, gym.spaces.Box) or len(per_step.shape) != 1:
                 raise ValueError(f"PolicySwitch needs a 1-D Box action space, got {per_step}")
             return horizon or DEFAULT_HORIZON, per_step.shape[0]
-        return _rlt_chunk_shape(self.env, horizon)
+        return rlt_chunk_shape(self.env, horizon)
 
 
 def _find_step_chunk(env: gym.Env) -> Callable[..., tuple] | None:
@@ -360,22 +407,3 @@ def _chunk_action_space(per_step: gym.spaces.Box, horizon: int) -> gym.spaces.Bo
     return gym.spaces.Box(
         np.tile(per_step.low, horizon), np.tile(per_step.high, horizon), dtype=per_step.dtype
     )
-
-
-def _rlt_chunk_shape(env: gym.Env, horizon: int | None) -> tuple[int, int]:
-    """(H, A) of the RLT wrapper below: its flat (H*A,) action space and ref_chunk's A."""
-    flat_size = int(np.prod(env.action_space.shape))
-    spaces = getattr(env.observation_space, "spaces", {})
-    if "ref_chunk" in spaces:
-        action_dim = int(spaces["ref_chunk"].shape[-1])
-    elif horizon:
-        action_dim = flat_size // horizon
-    else:
-        raise ValueError("the RLT wrapper below has no ref_chunk observation; pass horizon=H")
-    inner_horizon = flat_size // action_dim
-    if horizon not in (None, inner_horizon) or inner_horizon * action_dim != flat_size:
-        raise ValueError(
-            f"horizon={horizon} does not fit the RLT action space {env.action_space} with "
-            f"action dim {action_dim}; leave horizon unset"
-        )
-    return inner_horizon, action_dim

@@ -212,3 +212,28 @@ def rlt_observation_space(
             ),
         }
     )
+
+
+def rlt_chunk_shape(env: gym.Env, horizon: int | None) -> tuple[int, int]:
+    """(H, A) of an RLT wrapper, for a chunked wrapper above it.
+
+    H comes from its flat (H*A,) action space and A from its `ref_chunk` (else `horizon`).
+
+    Raises:
+        ValueError: When `horizon` is given and does not fit, or A cannot be known.
+    """
+    flat_size = int(np.prod(env.action_space.shape))
+    spaces = getattr(env.observation_space, "spaces", {})
+    if "ref_chunk" in spaces:
+        action_dim = int(spaces["ref_chunk"].shape[-1])
+    elif horizon:
+        action_dim = flat_size // horizon
+    else:
+        raise ValueError("the RLT wrapper below has no ref_chunk observation; pass horizon=H")
+    inner_horizon = flat_size // action_dim
+    if horizon not in (None, inner_horizon) or inner_horizon * action_dim != flat_size:
+        raise ValueError(
+            f"horizon={horizon} does not fit the RLT action space {env.action_space} with "
+            f"action dim {action_dim}; leave horizon unset"
+        )
+    return inner_horizon, action_dim

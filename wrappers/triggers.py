@@ -11,11 +11,8 @@ holds the geometry of its window, which the gate takes as a value
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -27,6 +24,7 @@ from rpent_envs.maniskill.critical_phase import (
     PegWindow,
     require_info_keys,
 )
+from wrappers.key_source import KeyPressQueue, PynputKeySource
 
 logger = logging.getLogger(__name__)
 
@@ -62,118 +60,6 @@ class SwitchTrigger(Protocol):
     def close(self) -> None:
         """Release listeners or other resources."""
         ...
-
-
-@dataclass(frozen=True)
-class KeyPress:
-    """One key press: the key's character (or pynput name, e.g. "space") and when, in s."""
-
-    key: str
-    time_s: float
-
-
-class KeyPressQueue:
-    """Thread-safe queue of key presses: the key source of `KeyboardTrigger`.
-
-    Anything can feed it (a GUI button, a foot pedal driver, a test); `PynputKeySource` feeds
-    it from the real keyboard.
-
-    Example:
-        >>> presses = KeyPressQueue()
-        >>> presses.press("b")
-        >>> [press.key for press in presses.pop_presses()]
-        ['b']
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        """Create an empty queue.
-
-        Args:
-            clock: Time source of presses given without a time (seconds, monotonic).
-        """
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._presses: list[KeyPress] = []
-
-    def start(self) -> None:
-        """Begin listening (nothing to do for a queue fed by code)."""
-
-    def stop(self) -> None:
-        """Stop listening (nothing to do for a queue fed by code)."""
-
-    def press(self, key: str, time_s: float | None = None) -> None:
-        """Add a press of `key` at `time_s` (default: now)."""
-        with self._lock:
-            self._presses.append(KeyPress(key, self._clock() if time_s is None else time_s))
-
-    def pop_presses(self) -> list[KeyPress]:
-        """Return and forget the presses since the last call, oldest first."""
-        with self._lock:
-            presses, self._presses = self._presses, []
-        return presses
-
-
-class KeyboardUnavailableError(RuntimeError):
-    """pynput cannot listen to the keyboard here (no X display, no uinput permission)."""
-
-
-class PynputKeySource(KeyPressQueue):
-    """Key presses of the real keyboard through pynput (imported only on `start`).
-
-    pynput needs an X display (`DISPLAY`) or its uinput backend (`PYNPUT_BACKEND=uinput`,
-    with read access to /dev/input). Presses are time-stamped when pynput reports them.
-    """
-
-    def __init__(self) -> None:
-        """Create a source that listens from `start()` to `stop()`."""
-        super().__init__()
-        self._listener: Any = None
-
-    def start(self) -> None:
-        """Start pynput's listener thread; a no-op when already listening.
-
-        Raises:
-            KeyboardUnavailableError: When pynput is missing or has no keyboard backend.
-        """
-        if self._listener is not None:
-            return
-        keyboard = _import_pynput_keyboard()
-        self._listener = keyboard.Listener(on_press=self._on_press)
-        self._listener.start()
-        self._listener.wait()
-
-    def stop(self) -> None:
-        """Stop listening; presses after this are not queued.
-
-        pynput's X listener thread (a daemon) exits at the next X input event, not at once,
-        so this does not wait for it.
-        """
-        if self._listener is not None:
-            self._listener.stop()
-            self._listener = None
-
-    def _on_press(self, key: Any) -> None:
-        name = getattr(key, "char", None) or getattr(key, "name", None)
-        if name:
-            self.press(name)
-
-
-def _import_pynput_keyboard() -> Any:
-    if importlib.util.find_spec("pynput") is None:
-        raise KeyboardUnavailableError(
-            "KeyboardTrigger needs pynput: install the keyboard extra "
-            "(pip install 'rpent[keyboard]')"
-        )
-    try:
-        from pynput import keyboard
-    except ImportError as error:
-        raise KeyboardUnavailableError(
-            f"pynput cannot listen to the keyboard ({error}). Set DISPLAY to a running X server "
-            "(e.g. DISPLAY=:0, or run `Xvfb :99 &` and set DISPLAY=:99), or use pynput's uinput "
-            "backend: PYNPUT_BACKEND=uinput, run as root or as a member of the `input` group "
-            "(read access to /dev/input/event*)."
-        ) from error
-    return keyboard
 
 
 class KeyboardTrigger:

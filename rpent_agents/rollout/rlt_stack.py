@@ -9,13 +9,20 @@ and the SB3 example all read it, so each knob has one name.
 `RLTObservation` (embedded default checkpoint) -> `PolicySwitch` with `AutoGate` in drop-in mode
 (`skip_inactive=True`, whose rules `PolicySwitch` states): the VLA reference drives until the
 gate opens near the hole, then every `step` is the agent's chunk. Its keyword arguments are the
-fields of `PegRLTConfig` plus `skip_inactive` and `max_skipped_episodes`.
+fields of `PegRLTConfig` plus `skip_inactive`, `max_skipped_episodes` and the stack keywords
+below.
 
 `RPent/FrankaPegInsertion-RLT-v0` = Franka env -> `RLTObservation` (a Stage 1 checkpoint trained
 on Franka demonstrations, or a feature server; reference chunk 20, actor chunk 10; the knobs of
 this stack are `FrankaRLTConfig`'s) ->
 `PolicySwitch` with the operator's `KeyboardTrigger` in drop-in mode: the VLA reference drives
 until the operator presses `b`.
+
+Both ids also take the stack keywords (`rpent_agents.rollout.stack_options.StackOptions`):
+`raw_wrappers`, callables env -> env applied to the raw env, bottom first (a robot run puts
+`wrappers.OperatorOutcome` and `RecordTrajectory` there), `human_takeover` (a
+`wrappers.HumanTakeover`: the operator's teleop) and `log_predictions` (the switch logs the
+VLA's and the actor's chunks as predictions, so the records export with `rpent-flywheel`).
 
 `rpent_envs` registers both ids with string entry points into this module, which are not
 imports, so `rpent_envs` never imports `rpent_agents`.
@@ -36,10 +43,10 @@ import numpy as np
 from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
 from rpent_agents.features.protocol import RLTFeaturizer
+from rpent_agents.rollout.stack_options import StackOptions, pop_fields
 from rpent_envs import FRANKA_ID, PEG_INSERTION_ID
 from rpent_envs.franka.env import ACTION_DIM as FRANKA_ACTION_DIM
 from rpent_envs.franka.env import STATE_DIM as FRANKA_STATE_DIM
-from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTObservation
 from wrappers.takeover import ExpertTakeover
 from wrappers.triggers import AutoGate, KeyboardTrigger, SwitchTrigger, TriggerMode
@@ -173,32 +180,24 @@ class PegRLTConfig:
         return gym.wrappers.TimeLimit(env, self.max_episode_chunks)
 
 
-def make_peg_rlt(
-    config: PegRLTConfig | None = None,
-    *,
-    skip_inactive: bool = True,
-    max_skipped_episodes: int = 100,
-) -> gym.Env:
+def make_peg_rlt(config: PegRLTConfig | None = None, **options: Any) -> gym.Env:
     """Build `RPent/PegInsertion-RLT-v0` (see the module doc).
 
     Args:
         config: The stack's knobs; default `PegRLTConfig()`.
-        skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
-        max_skipped_episodes: Episodes one drop-in `reset()` may run before it gives up.
+        **options: Fields of `StackOptions`: `skip_inactive` (drop-in mode),
+            `max_skipped_episodes`, `raw_wrappers`, `human_takeover`, `log_predictions`.
 
     Returns:
         The composite env; `step` takes a flat (H*A,) chunk in [-1, 1].
     """
     config = config or PegRLTConfig()
+    options = StackOptions(**options)
     peg_env = config.make_peg_env()
-    featurized = RLTObservation(peg_env, config.make_featurizer(), chunk_len=config.chunk_len)
-    switch = PolicySwitch(
-        featurized,
-        config.make_gate(),
-        expert_takeover=config.make_takeover(peg_env),
-        skip_inactive=skip_inactive,
-        max_skipped_episodes=max_skipped_episodes,
+    featurized = RLTObservation(
+        options.wrap_raw(peg_env), config.make_featurizer(), chunk_len=config.chunk_len
     )
+    switch = options.switch(featurized, config.make_gate(), config.make_takeover(peg_env))
     return config.limit_chunks(switch)
 
 
@@ -279,33 +278,28 @@ def make_franka_rlt(
     config: FrankaRLTConfig | None = None,
     *,
     trigger: SwitchTrigger | None = None,
-    skip_inactive: bool = True,
-    max_skipped_episodes: int = 100,
-    **franka_kwargs: Any,
+    **kwargs: Any,
 ) -> gym.Env:
     """Build `RPent/FrankaPegInsertion-RLT-v0` (see the module doc).
 
     Args:
         config: The stack's knobs (the feature source is required).
         trigger: Who hands control to the actor; default: `KeyboardTrigger()` (key `b`).
-        skip_inactive: Drop-in mode of the policy switch (the agent sees actor chunks only).
-        max_skipped_episodes: In drop-in mode, episodes one `reset()` may run without a press.
-        **franka_kwargs: Arguments of `RPent/Franka-v0` (`host`, `backend`, `camera`,
-            `wrist_camera`, `success_fn`, any `FrankaConfig` field).
+        **kwargs: Fields of `StackOptions` (`skip_inactive`, `max_skipped_episodes`: in
+            drop-in mode, episodes one `reset()` may run without a press, `raw_wrappers`,
+            `human_takeover`, `log_predictions`), and the arguments of `RPent/Franka-v0`
+            (`host`, `backend`, `camera`, `wrist_camera`, `success_fn`, any `FrankaConfig`
+            field).
 
     Returns:
         The composite env; `step` takes a flat (H*7,) chunk in [-1, 1].
     """
     config = config or FrankaRLTConfig()
-    feature_model = config.make_feature_model(franka_kwargs)
-    franka_env = gym.make(FRANKA_ID, **franka_kwargs)
+    options = StackOptions(**pop_fields(StackOptions, kwargs))
+    feature_model = config.make_feature_model(kwargs)
+    franka_env = options.wrap_raw(gym.make(FRANKA_ID, **kwargs))
     featurized = RLTObservation(franka_env, feature_model, config.chunk_len)
-    return PolicySwitch(
-        featurized,
-        trigger if trigger is not None else KeyboardTrigger(),
-        skip_inactive=skip_inactive,
-        max_skipped_episodes=max_skipped_episodes,
-    )
+    return options.switch(featurized, trigger if trigger is not None else KeyboardTrigger())
 
 
 class RLTStackEnv(gym.Env):
@@ -315,7 +309,8 @@ class RLTStackEnv(gym.Env):
     model, the trigger) that a Gymnasium spec cannot describe, so the registered entry points
     are subclasses of this class, which build the stack from keyword arguments alone:
     `gym.make(env.spec)` rebuilds it. Attributes of the inner wrappers stay reachable through
-    `get_wrapper_attr` (e.g. `actor_ready`, `raw_observation`); `stack` is the stack itself.
+    `get_wrapper_attr` and `set_wrapper_attr` (e.g. `actor_ready`, `raw_observation`); `stack`
+    is the stack itself.
     """
 
     metadata = {"render_modes": []}
@@ -351,12 +346,27 @@ class RLTStackEnv(gym.Env):
             return getattr(self, name)
         return self.stack.get_wrapper_attr(name)
 
+    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
+        """Set an attribute of this env, else of the first inner wrapper that has it.
+
+        `env.set_wrapper_attr("actor_ready", False)` reaches the stack's `PolicySwitch`. A
+        name nobody has is set on this env when `force` is True.
+        """
+        if name in self.__dict__ or hasattr(type(self), name):
+            setattr(self, name, value)
+            return True
+        if self.stack.set_wrapper_attr(name, value, force=False):
+            return True
+        if force:
+            setattr(self, name, value)
+        return force
+
 
 class PegInsertionRLTEnv(RLTStackEnv):
     """`RPent/PegInsertion-RLT-v0`, built by `make_peg_rlt`.
 
-    Keyword arguments: the fields of `PegRLTConfig`, `skip_inactive` and
-    `max_skipped_episodes`.
+    Keyword arguments: the fields of `PegRLTConfig` and of `StackOptions` (`skip_inactive`,
+    `max_skipped_episodes`, `raw_wrappers`, `human_takeover`, `log_predictions`).
 
     Example:
         >>> env = gym.make("RPent/PegInsertion-RLT-v0")
@@ -364,15 +374,10 @@ class PegInsertionRLTEnv(RLTStackEnv):
         >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
     """
 
-    def build_stack(
-        self, skip_inactive: bool = True, max_skipped_episodes: int = 100, **config: Any
-    ) -> gym.Env:
+    def build_stack(self, **kwargs: Any) -> gym.Env:
         """Peg env -> `RLTObservation` -> `PolicySwitch` with `AutoGate`."""
-        return make_peg_rlt(
-            PegRLTConfig(**config),
-            skip_inactive=skip_inactive,
-            max_skipped_episodes=max_skipped_episodes,
-        )
+        options = pop_fields(StackOptions, kwargs)
+        return make_peg_rlt(PegRLTConfig(**kwargs), **options)
 
     @property
     def peg_env(self) -> gym.Env:
@@ -383,8 +388,8 @@ class PegInsertionRLTEnv(RLTStackEnv):
 class FrankaPegInsertionRLTEnv(RLTStackEnv):
     """`RPent/FrankaPegInsertion-RLT-v0`, built by `make_franka_rlt`.
 
-    Keyword arguments: the fields of `FrankaRLTConfig`, `trigger`, `skip_inactive`,
-    `max_skipped_episodes` and those of `RPent/Franka-v0`.
+    Keyword arguments: the fields of `FrankaRLTConfig` and of `StackOptions`, `trigger` and
+    those of `RPent/Franka-v0`.
 
     Example:
         >>> env = gym.make("RPent/FrankaPegInsertion-RLT-v0", checkpoint="ckpt/franka",
@@ -394,6 +399,4 @@ class FrankaPegInsertionRLTEnv(RLTStackEnv):
 
     def build_stack(self, **kwargs: Any) -> gym.Env:
         """Franka env -> `RLTObservation` -> `PolicySwitch` with `KeyboardTrigger`."""
-        names = {field.name for field in dataclasses.fields(FrankaRLTConfig)}
-        config = FrankaRLTConfig(**{key: kwargs.pop(key) for key in names & set(kwargs)})
-        return make_franka_rlt(config, **kwargs)
+        return make_franka_rlt(FrankaRLTConfig(**pop_fields(FrankaRLTConfig, kwargs)), **kwargs)

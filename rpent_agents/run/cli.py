@@ -20,10 +20,10 @@ the actor's chunks with `--include-sources actor`.
 (`rpent_agents.stage2.DEFAULT_ACTOR_DIR`). `--video PATH` writes one MP4 of all episodes, both
 cameras side by side, each frame marked with who drove its chunk (`rpent_agents.run.video`).
 
-Each episode's outcome is logged as it ends (seed, verdict, steps, chunks by driver: vla,
-actor, expert); the success summary (the env's verdict `info["success"]` at each episode's end)
-is printed as JSON and written to `O/run_summary.json` with every episode's seed, verdict, steps
-and chunks.
+Each episode's outcome is logged as it ends (seed, verdict, steps, chunks by driver: vla, actor,
+expert, and human when a person drove); the success summary (the env's verdict `info["success"]`
+at each episode's end) is printed as JSON and written to `O/run_summary.json` with every
+episode's seed, verdict, steps and chunks.
 """
 
 from __future__ import annotations

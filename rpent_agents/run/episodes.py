@@ -1,11 +1,11 @@
 """`rpent-run`'s episode loop: decide, log and execute chunks, in this process or in workers.
 
 Before a chunk executes, its decision (`rpent_agents.run.policies.ChunkDecision`) goes to the
-provenance channel: a tool call named after its source (`vla` or `actor`) with the env's
-instruction as argument, a prediction of the deciding model inside that call, and the label of
-the chunk's actions (source, call id, prediction id). A recorder in the env's stack writes them;
-without one they go nowhere. An `EpisodeVideo` in the stack (`rpent_agents.run.video`) learns
-the chunk's driver, which its frames are marked with.
+provenance channel (`recorders.provenance.label_chunk`): a tool call named after its source
+(`vla` or `actor`) with the env's instruction as argument, a prediction of the deciding model
+inside that call, and the label of the chunk's actions (source, call id, prediction id). A
+recorder in the env's stack writes them; without one they go nowhere. An `EpisodeVideo` in the
+stack (`rpent_agents.run.video`) learns the chunk's driver, which its frames are marked with.
 
 With several workers, each process opens its own env and policy (at its first episode) and
 runs the seeds it is handed; recorders of every worker may write into one run folder, since
@@ -24,7 +24,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from recorders.provenance import provenance_of
+from recorders.provenance import instruction_of, label_chunk, provenance_of
 from rpent_agents.run.policies import DRIVERS, ChunkPolicy
 from rpent_agents.run.video import episode_video_of
 from wrappers.chunking import ChunkResult, execute_chunk
@@ -42,8 +42,8 @@ class EpisodeOutcome:
         seed: Its reset seed.
         success: The env's verdict at its end (None when the env gives none).
         steps: Steps it ran.
-        chunks: Chunks it ran, by driver ("vla", "actor", "expert"; drivers of no chunk left
-            out).
+        chunks: Chunks it ran, by driver ("vla", "actor", "expert", "human"; drivers of no
+            chunk left out).
         task_dir: Its trajectory folder when recorded.
     """
 
@@ -54,25 +54,17 @@ class EpisodeOutcome:
     task_dir: str | None = None
 
     def line(self) -> str:
-        """One line for a person: seed, verdict, steps and who drove how many chunks."""
+        """One line for a person: seed, verdict, steps and who drove how many chunks.
+
+        The human is named only when it drove a chunk (none of `rpent-run`'s policies is one).
+        """
         verdict = {True: "success", False: "failure", None: "no verdict"}[self.success]
-        drivers = ", ".join(f"{driver} {self.chunks.get(driver, 0)}" for driver in DRIVERS)
-        return f"seed {self.seed}: {verdict} after {self.steps} steps; chunks by {drivers}"
-
-
-def instruction_of(env: gym.Env, info: dict[str, Any]) -> str:
-    """The env's language instruction (`info["task"]` or `task_description`).
-
-    Raises:
-        ValueError: When the env gives none (a prediction needs one to be exported).
-    """
-    instruction = info.get("task") or getattr(env.unwrapped, "task_description", None)
-    if not isinstance(instruction, str) or not instruction.strip():
-        raise ValueError(
-            f"env {env.spec.id if env.spec else env} gives no instruction (info['task'] or"
-            " task_description); a prediction needs one"
+        drivers = ", ".join(
+            f"{driver} {self.chunks.get(driver, 0)}"
+            for driver in DRIVERS
+            if driver != "human" or self.chunks.get(driver)
         )
-    return instruction
+        return f"seed {self.seed}: {verdict} after {self.steps} steps; chunks by {drivers}"
 
 
 def run_chunk(
@@ -84,11 +76,10 @@ def run_chunk(
     if video is not None:
         video.driver = decision.driver
     log = provenance_of(env)
-    call_id = log.tool_call(decision.source, {"instruction": instruction})
-    prediction_id = log.prediction(call_id, instruction, decision.model, decision.source)
-    log.set_action_source(decision.source, call_id=call_id, prediction_id=prediction_id)
+    call_id = label_chunk(log, decision.source, instruction, decision.model)
     result = execute_chunk(env, observation, decision.chunk, horizon)
-    log.tool_result(call_id, {"steps": len(result.rewards), "done": result.done})
+    if call_id is not None:
+        log.tool_result(call_id, {"steps": len(result.rewards), "done": result.done})
     policy.observe(result)
     return result, decision.driver
 

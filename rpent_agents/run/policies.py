@@ -2,7 +2,8 @@
 
 Before each chunk a policy reads the raw observation (DESIGN.md §2) and the env's instruction
 and answers with a `ChunkDecision`: the chunk, who drove it (`driver`: "vla", "actor" or
-"expert") and who predicted it (`model`). `rpent_agents.run.episodes` logs each decision as a
+"expert"; "human" is a person at a teleop device, which no policy here is) and who predicted
+it (`model`). `rpent_agents.run.episodes` logs each decision as a
 prediction inside a tool call named after its provenance source, then executes the chunk.
 
 - `VLAPolicy`: the built-in feature model of a Stage 1 checkpoint; the first H actions of its
@@ -25,7 +26,7 @@ from typing import Any, Literal, Protocol, get_args
 import gymnasium as gym
 import numpy as np
 
-from recorders.provenance import PredictionSource
+from recorders.provenance import ActionSource
 from rpent_agents.common.devices import resolve_device
 from rpent_agents.features.builtin import CAMERA_KEYS, STATE_KEY
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, load_featurizer, read_config
@@ -36,8 +37,9 @@ from wrappers.chunking import ChunkResult, StepPolicy, state_step_policy
 from wrappers.rlt import rlt_observation_space, rlt_observations
 from wrappers.triggers import SwitchTrigger
 
-Driver = Literal["vla", "actor", "expert"]
-"""Who drove a chunk: the VLA's reference, the Stage 2 actor, or a scripted expert."""
+Driver = Literal["vla", "actor", "expert", "human"]
+"""Who drove a chunk: the VLA's reference, the Stage 2 actor, a scripted expert, or a person
+at a teleop device (`wrappers.teleop.HumanTakeover`)."""
 DRIVERS: tuple[Driver, ...] = get_args(Driver)
 
 EXPERTS = {
@@ -52,7 +54,7 @@ class ChunkDecision:
     """What a policy decided for the next chunk.
 
     Attributes:
-        driver: Who drove it ("vla", "actor", "expert").
+        driver: Who drove it ("vla", "actor", "expert", "human").
         model: Who predicted it (the prediction's `model`).
         chunk: Actions (>= H, A) in env units, or a closed-loop step policy.
     """
@@ -62,11 +64,11 @@ class ChunkDecision:
     chunk: np.ndarray | StepPolicy
 
     @property
-    def source(self) -> PredictionSource:
+    def source(self) -> ActionSource:
         """The provenance source its actions are recorded with.
 
         An expert's chunks are recorded as VLA predictions (the expert stands in for the VLA),
-        the others under their driver.
+        the others under their driver (a human's chunk is no prediction: it is labelled alone).
         """
         return "vla" if self.driver == "expert" else self.driver
 

@@ -6,12 +6,13 @@ raw env (under `RecordTrajectory` when recording), so `--video` works with or wi
 pre-action observations only). It holds the env's image demand (`rpent_envs.image_demand`),
 so every step renders, and encodes each frame as it arrives: memory stays flat over any run.
 
-Frame i of an episode shows the observation its i-th action was taken from: `image` (left)
-and `wrist_image` (right), upscaled to about `FRAME_HEIGHT_PX`, inside a border whose colour
-says who drove that step's chunk (`DRIVER_COLOURS`: grey the VLA, orange the actor, blue the
-expert). The episode's final observation follows, held for `END_HOLD_S` seconds in a border of
-its outcome (`OUTCOME_COLOURS`: green success, red failure). So an episode of N steps gives
-N + `end_hold_frames` frames. H.264 (yuv420p) at the env's `render_fps` (10 for peg).
+Frame i of an episode shows the observation its i-th action was taken from: `image` (left) and
+`wrist_image` (right), upscaled to about `FRAME_HEIGHT_PX`, inside a border whose colour says
+who drove that step's chunk (`DRIVER_COLOURS`: grey the VLA, orange the actor, blue the expert,
+magenta a human at a teleop device). The episode's final observation follows, held for
+`END_HOLD_S` seconds in a border of its outcome (`OUTCOME_COLOURS`: green success, red failure).
+So an episode of N steps gives N + `end_hold_frames` frames. H.264 (yuv420p) at the env's
+`render_fps` (10 for peg).
 
 Example:
     >>> env = EpisodeVideo(gym.make("RPent/PegInsertionSideWideClearance-v1"), "runs/v.mp4")
@@ -40,6 +41,7 @@ DRIVER_COLOURS: dict[str, Colour] = {
     "vla": (110, 110, 110),
     "actor": (255, 140, 0),
     "expert": (30, 110, 255),
+    "human": (220, 40, 220),
 }
 """Border colour (RGB) of the frames of each driver's chunks."""
 OUTCOME_COLOURS: dict[bool | None, Colour] = {
@@ -85,7 +87,7 @@ class EpisodeVideo(gym.Wrapper[Observation, np.ndarray, Observation, np.ndarray]
     """Encodes every step of every episode into one MP4 (see the module doc for the layout).
 
     Attributes:
-        driver: Who drives the next steps ("vla", "actor", "expert"); set before each chunk
+        driver: Who drives the next steps ("vla", "actor", "expert", "human"); set before each chunk
             (`rpent_agents.run.episodes` does).
         frames_written: Frames encoded so far.
     """

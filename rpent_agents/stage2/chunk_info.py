@@ -40,6 +40,8 @@ KEYS_NOT_READ: dict[str, str] = {
     "terminated already ends the episode",
     "final_obs": "the ended episode's last observation, read by the vector env "
     "(rpent_agents.rollout.vector)",
+    "operator_outcome": "the operator's verdict at the step (wrappers.operator.OperatorOutcome "
+    "below the RLT wrapper), for users and logs; success and the reward carry it",
     **dict.fromkeys(
         ("worker_chunk_s", "worker_render_s", "worker_reset_s"),
         "a worker's seconds, read by the loop profile (rpent_agents.stage2.loop_profile)",
@@ -68,13 +70,14 @@ class ChunkInfo:
         intervened_steps: (steps,) the steps a human or expert drove.
         record_transition: The chunk is a critical-phase transition to store.
         actor_switch: The actor drove the chunk.
-        intervention_requested: An expert takeover was latched for it.
+        intervention_requested: A takeover (expert or human) was latched for it.
         invalid_state: The chunk ended on a non-finite state (the env's `invalid_state`).
         critical_phase: The chunk was decided inside the critical phase as the reference
             `AutoGate` defines it (a worker's `critical_phase`; else `record_transition`).
         success: The task was solved by the chunk's end.
         is_grasped: The gripper held the peg at the chunk's end.
-        action_source: Who drove it ("vla", "actor", "expert"); None when not reported.
+        action_source: Who drove it ("vla", "actor", "expert", "human"); None when not
+            reported.
         peg_head_pos_at_hole: The peg head in the hole frame at the chunk's end (m).
         hole_radius: The hole's radius (m).
         hole_entry_x: x of the box face in the hole frame (m).

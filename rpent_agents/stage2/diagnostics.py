@@ -53,7 +53,7 @@ class ChunkEnd:
         entry_x_m: x of the box face (where the hole begins).
         grasped: The gripper holds the peg.
         critical: The chunk was decided in the critical phase (a replay transition).
-        source: Who drove it ("vla", "actor", "expert").
+        source: Who drove it ("vla", "actor", "expert", "human").
     """
 
     head_x_m: float

@@ -31,3 +31,14 @@ class SolidColourCamera:
 
     def close(self):
         pass
+
+
+def memory_franka_kwargs(image_size=32):
+    """Arguments of `RPent/Franka-v0` for the in-memory arm with both cameras, at full speed."""
+    return dict(
+        backend="memory",
+        camera=SolidColourCamera(image_size),
+        wrist_camera=SolidColourCamera(image_size),
+        image_size=image_size,
+        period_s=0.0,
+    )

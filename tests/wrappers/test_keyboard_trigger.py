@@ -1,16 +1,12 @@
 """KeyboardTrigger: press logic with an injected key source, and a real key press under Xvfb."""
 
 import os
-import shutil
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
-import pytest
 
 import rpent_envs
 from wrappers.policy_switch import PolicySwitch
@@ -99,41 +95,7 @@ def test_missing_display_names_what_to_set():
     assert "Set DISPLAY" in result.stderr and "PYNPUT_BACKEND=uinput" in result.stderr
 
 
-def free_display_number():
-    for number in range(90, 200):
-        if (
-            not Path(f"/tmp/.X11-unix/X{number}").exists()
-            and not Path(f"/tmp/.X{number}-lock").exists()
-        ):
-            return number
-    raise RuntimeError("no free X display number in :90-:199")
-
-
-@pytest.fixture
-def xvfb_display(monkeypatch):
-    for tool in ("Xvfb", "xdotool"):
-        assert shutil.which(tool), f"{tool} is missing: run bash .ci/setup (installs xvfb, xdotool)"
-    number = free_display_number()
-    server = subprocess.Popen(
-        ["Xvfb", f":{number}", "-screen", "0", "320x240x24", "-nolisten", "tcp"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    socket = Path(f"/tmp/.X11-unix/X{number}")
-    deadline = time.monotonic() + 20
-    while not socket.exists():
-        assert server.poll() is None, "Xvfb exited at start"
-        assert time.monotonic() < deadline, "Xvfb did not open its socket in 20 s"
-        time.sleep(0.05)
-    monkeypatch.setenv("DISPLAY", f":{number}")
-    monkeypatch.delenv("PYNPUT_BACKEND", raising=False)
-    yield f":{number}"
-    server.terminate()
-    server.wait(timeout=10)
-
-
-def test_real_b_key_under_xvfb_flips_the_switch(xvfb_display):
-    threads_before = set(threading.enumerate())
+def test_real_b_key_under_xvfb_flips_the_switch(keyboard_threads_end):
     switch = franka_switch(KeyboardTrigger())  # pynput, started by the first reset
     try:
         switch.reset(seed=0)
@@ -150,8 +112,3 @@ def test_real_b_key_under_xvfb_flips_the_switch(xvfb_display):
         assert info["action_source"] == "actor"
     finally:
         switch.close()
-        # pynput's X listener thread ends at the next input event: send one, then wait for it
-        subprocess.run(["xdotool", "key", "shift"], check=True, timeout=10)
-        for thread in set(threading.enumerate()) - threads_before:
-            thread.join(timeout=10)
-            assert not thread.is_alive(), f"{thread.name} still runs after close()"

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from agent_helpers import SolidColourCamera
+from agent_helpers import memory_franka_kwargs
 
 import rpent_envs
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
@@ -44,11 +44,7 @@ def make_env(checkpoint, presses, **overrides):
     kwargs = dict(
         checkpoint=str(checkpoint),
         trigger=KeyboardTrigger(key_source=presses),
-        backend="memory",
-        camera=SolidColourCamera(32),
-        wrist_camera=SolidColourCamera(32),
-        image_size=32,
-        period_s=0.0,
+        **memory_franka_kwargs(),
     )
     return gym.make(rpent_envs.FRANKA_RLT_ID, **(kwargs | overrides))
 
@@ -126,13 +122,7 @@ def test_feature_source_and_cameras_are_checked_with_the_fix_in_the_message(fran
 def test_the_stack_builds_from_its_config_as_from_the_registered_id(franka_checkpoint):
     config = FrankaRLTConfig(checkpoint=str(franka_checkpoint), chunk_len=5, feature_device="cpu")
     env = make_franka_rlt(
-        config,
-        trigger=KeyboardTrigger(key_source=KeyPressQueue()),
-        backend="memory",
-        camera=SolidColourCamera(32),
-        wrist_camera=SolidColourCamera(32),
-        image_size=32,
-        period_s=0.0,
+        config, trigger=KeyboardTrigger(key_source=KeyPressQueue()), **memory_franka_kwargs()
     )
     assert env.action_space.shape == (5 * ACTION_DIM,)
     env.close()

@@ -1,8 +1,8 @@
 """Every key the RLT stack writes into a chunk's info is read by `ChunkInfo` or knowingly not.
 
 The writers run for real (the chunk loop, `RLTObservation`, `PolicySwitch` with its gate and
-takeover, a training worker) over a small env that reports the peg task's info signals, as the
-peg env does, without a simulator.
+takeover, a training worker, the operator's `OperatorOutcome`) over a small env that reports the
+peg task's info signals, as the peg env does, without a simulator.
 """
 
 from collections.abc import Mapping
@@ -15,7 +15,14 @@ import pytest
 from rpent_agents.rollout.worker import RLTWorker, SuppliedReference
 from rpent_agents.stage2.chunk_info import KEYS_NOT_READ, ChunkInfo
 from rpent_envs.episode import success_info
-from wrappers import AutoGate, ExpertTakeover, PolicySwitch, RLTObservation
+from wrappers import (
+    AutoGate,
+    ExpertTakeover,
+    KeyPressQueue,
+    OperatorOutcome,
+    PolicySwitch,
+    RLTObservation,
+)
 
 HORIZON, REF_CHUNK_LEN, ACTION_DIM, Z_DIM = 4, 6, 2, 3
 SOLVED_AT_STEP = 30
@@ -147,6 +154,7 @@ def chunk_infos():
         *worker_infos(PegSignalsEnv(nan_state_at=6), chunks),
         *composite_infos(PegSignalsEnv(), chunks),
         *composite_infos(PegSignalsEnv(nan_state_at=6), chunks),
+        *composite_infos(OperatorOutcome(PegSignalsEnv(), key_source=KeyPressQueue()), chunks),
     ]
 
 
