@@ -1,5 +1,4 @@
-"""Cameras for the Franka env: the protocol, an Intel RealSense colour stream, a blank frame for
-dry runs, square resizing."""
+"""Cameras for the Franka env: the protocol, a RealSense stream, a blank frame, square resizing."""
 
 from __future__ import annotations
 
