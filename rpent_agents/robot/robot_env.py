@@ -17,6 +17,7 @@ All the keys come from one `OperatorConsole`, one keyboard listener (`make_conso
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -73,27 +74,16 @@ def make_robot_env(
     Raises:
         ValueError: When a teleop device's actions do not fit the env's.
     """
-    kwargs: dict[str, Any] = args.make_kwargs(chunk_len)
-    raw_wrappers: list[Any] = [periods.wrap]
-    if console is not None and args.operator.outcome_keys:
-        raw_wrappers.append(console.outcome)
-    if args.record_trajectories:
-        raw_wrappers.append(functools.partial(record_episodes, output_dir=args.output_dir))
-    kwargs |= {
+    kwargs = args.make_kwargs(chunk_len) | {
         "skip_inactive": False,
-        "raw_wrappers": raw_wrappers,
+        "raw_wrappers": raw_wrappers(args, console, periods),
         "log_predictions": args.record_trajectories,
     }
-    device = None
     if console is not None:
-        if args.env_id in KEY_TRIGGER_IDS:
-            kwargs["trigger"] = console.trigger()
-        device = make_teleop_device(args, console)
-        if device is not None:
-            kwargs["human_takeover"] = console.takeover(device)
+        kwargs |= operator_kwargs(args, console)
     env = gym.make(args.env_id, **kwargs)
     action_dim = env.observation_space["ref_chunk"].shape[-1]
-    if device is not None and action_dim != TELEOP_ACTION_DIM:
+    if args.operator.teleop != "none" and action_dim != TELEOP_ACTION_DIM:
         env.close()
         raise ValueError(
             f"--operator.teleop {args.operator.teleop} commands {TELEOP_ACTION_DIM}-entry "
@@ -101,6 +91,29 @@ def make_robot_env(
             "--operator.teleop none"
         )
     return env
+
+
+def raw_wrappers(
+    args: RobotTrainArgs, console: OperatorConsole | None, periods: ControlPeriods
+) -> list[Callable[[gym.Env], gym.Env]]:
+    """The wrappers of the raw env, bottom first: the clock, the outcome keys, the recorder."""
+    wrappers: list[Callable[[gym.Env], gym.Env]] = [periods.wrap]
+    if console is not None and args.operator.outcome_keys:
+        wrappers.append(console.outcome)
+    if args.record_trajectories:
+        wrappers.append(functools.partial(record_episodes, output_dir=args.output_dir))
+    return wrappers
+
+
+def operator_kwargs(args: RobotTrainArgs, console: OperatorConsole) -> dict[str, Any]:
+    """The actor key's trigger (ids that take one) and the teleop takeover, as gym.make kwargs."""
+    kwargs: dict[str, Any] = {}
+    if args.env_id in KEY_TRIGGER_IDS:
+        kwargs["trigger"] = console.trigger()
+    device = make_teleop_device(args, console)
+    if device is not None:
+        kwargs["human_takeover"] = console.takeover(device)
+    return kwargs
 
 
 def record_episodes(env: gym.Env, output_dir: Any) -> RecordTrajectory:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ import gymnasium as gym
 import tyro
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from recorders.record_format import write_json_atomic
 from rpent_agents.common.cli import LOG_FORMAT, command
 from rpent_agents.robot.config import PRESETS, RobotTrainArgs
 from rpent_agents.robot.control_loop import (
@@ -109,9 +108,7 @@ class RobotResults:
 
     def save(self, path: Path) -> None:
         """Write the results as JSON to `path`, replacing the file in one step."""
-        staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        staging.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
-        os.replace(staging, path)
+        write_json_atomic(path, dataclasses.asdict(self))
 
 
 def check_output_dir(args: RobotTrainArgs) -> None:
