@@ -151,3 +151,14 @@ def real_robot_args(output_dir, host, checkpoint, *more):
         "real-robot", "--output-dir", str(output_dir),
         "--env-kwargs", franka_env_kwargs(host, checkpoint), *TINY_STAGE2, *more,
     ]  # fmt: skip
+
+
+def run_stand_in(output_dir, checkpoint, max_episode_chunks, *more):
+    """`sim-stand-in` to its end: a tiny peg checkpoint, every chunk critical (`always_on`)."""
+    env_kwargs = {"checkpoint": str(checkpoint), "trigger_mode": "always_on",
+                  "max_episode_chunks": max_episode_chunks}  # fmt: skip
+    return subprocess.run(
+        [*COMMAND, "sim-stand-in", "--output-dir", str(output_dir),
+         "--env-kwargs", json.dumps(env_kwargs), *TINY_STAGE2, *more],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip

@@ -70,6 +70,24 @@ def intervened_actions(run_dir):
     return learner, actions[intervened]
 
 
+def assert_recorded_and_exported(output_dir, export_dir):
+    """The two episodes' records hold the operator's verdicts; the success exports."""
+    verdicts = sorted(
+        json.loads((task / "task.json").read_text())["result"]["environment_success"]
+        for task in find_task_dirs(output_dir)[0]
+    )
+    assert verdicts == [False, True]
+    export = subprocess.run(
+        [sys.executable, "-m", "recorders.cli", "--input-root", str(output_dir),
+         "--output-dir", str(export_dir), "--no-use-videos"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert export.returncode == 0, export.stderr
+    report = json.loads((export_dir / "report.json").read_text())
+    counts = report["counts"]  # the successful episode's VLA chunks (the actor's: not asked)
+    assert counts["tasks_exported"] == 1 and counts["frames"] > 0, report
+
+
 def test_an_operator_trains_the_actor_on_franky_sim(sim, franka_checkpoint, xvfb_display, tmp_path):
     output_dir = tmp_path / "franka"
     args = real_robot_args(output_dir, sim.host, franka_checkpoint, "--max-episodes", "2")
@@ -99,21 +117,7 @@ def test_an_operator_trains_the_actor_on_franky_sim(sim, franka_checkpoint, xvfb
         not torch.equal(tensor, initial[name])
         for name, tensor in learner.actor.state_dict().items()
     )
-
-    verdicts = sorted(
-        json.loads((task / "task.json").read_text())["result"]["environment_success"]
-        for task in find_task_dirs(output_dir)[0]
-    )
-    assert verdicts == [False, True]
-    export = subprocess.run(
-        [sys.executable, "-m", "recorders.cli", "--input-root", str(output_dir),
-         "--output-dir", str(tmp_path / "export"), "--no-use-videos"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert export.returncode == 0, export.stderr
-    report = json.loads((tmp_path / "export" / "report.json").read_text())
-    counts = report["counts"]  # the successful episode's VLA chunks (the actor's: not asked)
-    assert counts["tasks_exported"] == 1 and counts["frames"] > 0, report
+    assert_recorded_and_exported(output_dir, tmp_path / "export")
 
 
 def saved_run(output_dir):

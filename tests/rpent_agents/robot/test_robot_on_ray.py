@@ -7,34 +7,21 @@ Ray actor on the robot's node (the stand-in env: no hardware, no keys).
 
 import json
 import re
-import subprocess
 
 import pytest
 from agent_helpers import tiny_checkpoint
-from robot_command_helpers import COMMAND, TINY_STAGE2
+from robot_command_helpers import run_stand_in
+from robot_learner_helpers import start_two_node_cluster
 
-ray = pytest.importorskip("ray")
+from rpent_agents.stage2.checkpoint import CONFIG_FILE
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
-from rpent_agents.robot.ray_learner_link import LEARNER_RESOURCE, ROBOT_RESOURCE  # noqa: E402
-from rpent_agents.stage2.checkpoint import CONFIG_FILE  # noqa: E402
-
+pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
 def two_node_cluster():
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "resources": {LEARNER_RESOURCE: 1},
-            "include_dashboard": False,
-        },
-    )
-    robot_node = cluster.add_node(num_cpus=1, resources={ROBOT_RESOURCE: 1})
-    cluster.wait_for_nodes()
+    cluster, robot_node = start_two_node_cluster()
     yield cluster, robot_node
     cluster.shutdown()
 
@@ -44,14 +31,10 @@ def test_the_control_loop_runs_on_the_robots_node_and_the_learner_on_the_head(
 ):
     cluster, robot_node = two_node_cluster
     checkpoint = tiny_checkpoint(tmp_path / "peg_checkpoint", 9, 8, 10)
-    env_kwargs = {"checkpoint": str(checkpoint), "trigger_mode": "always_on",
-                  "max_episode_chunks": 4}  # fmt: skip
     output_dir = tmp_path / "standin"
-    result = subprocess.run(
-        [*COMMAND, "sim-stand-in", "--output-dir", str(output_dir), "--env-kwargs",
-         json.dumps(env_kwargs), "--max-episodes", "1", "--learner", "ray",
-         "--ray-address", cluster.address, *TINY_STAGE2],
-        capture_output=True, text=True, timeout=240,
+    result = run_stand_in(
+        output_dir, checkpoint, 4, "--max-episodes", "1",
+        "--learner", "ray", "--ray-address", cluster.address,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     output = result.stdout + result.stderr

@@ -6,11 +6,10 @@ chunks are stored as interventions. A tiny Stage 1 checkpoint keeps the images a
 """
 
 import json
-import subprocess
 
 import pytest
 from agent_helpers import tiny_checkpoint
-from robot_command_helpers import COMMAND, TINY_STAGE2
+from robot_command_helpers import run_stand_in
 
 from rpent_agents.stage2.checkpoint import resume_run
 
@@ -19,14 +18,8 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_the_stand_in_stores_the_experts_chunks_and_the_learner_updates(tmp_path):
     checkpoint = tiny_checkpoint(tmp_path / "peg_checkpoint", 9, 8, 10)
-    env_kwargs = {"checkpoint": str(checkpoint), "trigger_mode": "always_on",
-                  "max_episode_chunks": 8}  # fmt: skip
     output_dir = tmp_path / "standin"
-    result = subprocess.run(
-        [*COMMAND, "sim-stand-in", "--output-dir", str(output_dir), "--env-kwargs",
-         json.dumps(env_kwargs), "--max-episodes", "2", *TINY_STAGE2],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+    result = run_stand_in(output_dir, checkpoint, 8, "--max-episodes", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     results = json.loads((output_dir / "results.json").read_text())
     assert results["episodes"] == 2 and results["stop_reason"] == "max_episodes"
