@@ -171,6 +171,7 @@ class ControlLoop:
 
     def run_episode(self) -> EpisodeReport:
         """Reset, run chunks until the episode ends, count it and have the learner save it."""
+        self.check_learner()  # before the reset moves the arm
         started_s = time.monotonic()
         report = EpisodeReport()
         obs, info = self.env.reset(seed=self.state.next_seed(self.plan.first_seed))
@@ -241,8 +242,8 @@ class ControlLoop:
             return
         saved = self.learner_status.saved_episodes
         raise LearnerLostError(
-            f"{failure}; the arm holds still and the run stopped (its last save holds {saved} "
-            "episodes): run the same command with --resume to continue from it"
+            f"{failure}; the arm holds still and the run stopped (the learner last confirmed a "
+            f"save of {saved} episodes): run the same command with --resume to continue"
         )
 
     def take_learner_news(self) -> None:
@@ -254,10 +255,8 @@ class ControlLoop:
         if weights.actor_ready != self.actor_ready:
             self.actor_ready = weights.actor_ready
             self.env.set_wrapper_attr("actor_ready", self.actor_ready)
-            logger.info(
-                "update %d: the learner's warm-up is done, the actor may drive",
-                weights.update_step,
-            )
+            if self.actor_ready:
+                logger.info("update %d: warm-up done, the actor may drive", weights.update_step)
 
     def wait_for_reset(self) -> None:
         """Wait for the operator's reset key, keeping the status and the learner's news fresh.

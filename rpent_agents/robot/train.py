@@ -73,20 +73,36 @@ class RobotResults:
     """
 
     episodes: int = 0
+    """Episodes finished."""
     successes: int = 0
+    """Episodes that succeeded (the operator's verdict, or the env's)."""
     env_steps: int = 0
+    """Env steps the arm executed, whoever drove."""
     intervention_env_steps: int = 0
+    """Env steps a human (teleop) or the scripted expert drove."""
     actor_env_steps: int = 0
+    """Env steps the actor drove."""
     updates: int = 0
+    """The learner's updates."""
     transitions: int = 0
+    """Transitions the learner stored."""
     replay_size: int = 0
+    """Transitions in its replay buffer."""
     robot_time_s: float = 0.0
+    """Seconds of episodes (the operator's reset waits left out)."""
     wall_time_s: float = 0.0
+    """Seconds of the whole run, up to the last episode's end."""
     control_period_s: float | None = None
+    """The env's own control period (None: a simulator keeping none)."""
     control_period_p50_s: float | None = None
+    """Median of the measured step-to-step periods of the raw env."""
     control_period_p99_s: float | None = None
+    """Their 99th percentile."""
     control_period_samples: int = 0
+    """Periods measured."""
     stop_reason: str = "running"
+    """"running" (written after an episode), "total_env_steps", "max_episodes", or what
+    happened to the learner."""
 
     @classmethod
     def of(
