@@ -1,7 +1,8 @@
-"""MkDocs hook: serve the benchmark figures of `bench/figures/` as site files.
+"""MkDocs hook: serve the benchmark figures of `bench/figures/` and their JSON as site files.
 
 The figures stay where the benchmarks write them (one copy in the repository); pages link to
-them as `bench/figures/<name>` relative to the docs root.
+them as `bench/figures/<name>` relative to the docs root (the current-numbers table of
+docs/benchmarks.md links the JSON each figure came from).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from mkdocs.structure.files import File, Files
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIGURES_DIR = Path("bench/figures")
-FIGURE_SUFFIXES = (".png", ".svg")
+FIGURE_SUFFIXES = (".png", ".svg", ".json", ".jsonl")
 
 
 def on_files(files: Files, config: Any) -> Files:
-    """Add every figure under bench/figures/ to the site at the same relative path."""
+    """Add every figure and JSON file under bench/figures/ to the site at the same relative path."""
     for path in sorted((REPO_ROOT / FIGURES_DIR).rglob("*")):
         if path.suffix in FIGURE_SUFFIXES:
             files.append(

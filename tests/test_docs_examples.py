@@ -38,6 +38,8 @@ def test_blocks_are_found():
 
 
 @pytest.mark.parametrize(("code", "needs"), BLOCKS)
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_block_runs(code, needs, request, tmp_path, monkeypatch):
     if needs:
         pytest.skip(f"needs {needs}")

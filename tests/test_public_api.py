@@ -45,6 +45,7 @@ def test_unknown_lazy_name_raises_attribute_error():
         rpent_agents.NoSuchName  # noqa: B018
 
 
+@pytest.mark.subprocess
 def test_importing_every_package_imports_no_torch_and_no_simulator():
     script = (
         "import json, sys\n"

@@ -6,9 +6,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 from recorders.trajectory import TrajectoryReader
+
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "libero_flywheel.py"
 PICK = "pick up the akita black bowl"

@@ -11,8 +11,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from stable_baselines3 import SAC
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "sb3_sac_peg_rlt.py"
 

@@ -4,10 +4,13 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import ENV_ID
 
 from recorders.record_format import read_jsonl
 from recorders.trajectory import TrajectoryReader, find_task_dirs
+
+pytestmark = pytest.mark.subprocess
 
 TASKS_PER_WRITER = 40
 STEPS_PER_TASK = 5

@@ -17,6 +17,8 @@ from recorders.image_writer import ImageWriteError
 from recorders.record_format import RecordWriteError, read_jsonl, write_json_atomic
 from recorders.trajectory import TrajectoryWriter
 
+pytestmark = pytest.mark.subprocess
+
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 

@@ -207,6 +207,7 @@ def test_included_actor_records_follow_the_prediction_rules(actor_exports):
     assert {dataset[index]["task"] for index in range(len(dataset))} == {INSTRUCTION}
 
 
+@pytest.mark.slow
 def test_including_the_actor_changes_nothing_for_records_without_actor_data(tmp_path):
     writer = TrajectoryWriter(tmp_path / "run", image_writer_threads=2)
     build_tasks(writer)  # the malformed-record suite of the default rules

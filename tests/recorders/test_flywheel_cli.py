@@ -11,6 +11,8 @@ from conftest import record_good_task
 
 from recorders.trajectory import TrajectoryWriter
 
+pytestmark = pytest.mark.subprocess
+
 FLYWHEEL = [sys.executable, "-m", "recorders.cli"]
 FILE_SIZE_LIMIT_BYTES = 4096
 

@@ -88,6 +88,7 @@ def test_frames_are_the_same_in_both_styles(exports):
         assert a["task"] == b["task"] == INSTRUCTION
 
 
+@pytest.mark.slow
 def test_act_trains_a_few_cpu_steps_on_a_lerobot_style_export(exports):
     root = exports / "lerobot" / "train"
     torch.manual_seed(0)

@@ -9,10 +9,13 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
 from conftest import Recorder
 
 from recorders.flywheel import export_flywheel
 from recorders.trajectory import TrajectoryWriter
+
+pytestmark = pytest.mark.slow
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 MIB = 2**20

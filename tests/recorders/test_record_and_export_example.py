@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 from recorders.trajectory import TrajectoryReader
+
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "record_and_export.py"
 

@@ -6,10 +6,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 import rpent_envs
 from recorders.flywheel import export_flywheel
 from recorders.record_format import read_jsonl
 from recorders.trajectory import TrajectoryReader
+
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
 
 KILL_AFTER_STEPS = 10
 RECORDER = f"""

@@ -13,6 +13,8 @@ from recorders.trajectory import TrajectoryReader
 from rpent_agents.features.checkpoint import load_checkpoint
 from rpent_agents.stage1.frame_cache import CACHE_FILE, FrameCache, cache_from_lerobot
 
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
+
 PEG_KWARGS = json.dumps({"image_size": 32, "render_backend": "cpu"})
 
 

@@ -9,6 +9,8 @@ import rpent_envs
 from rpent_envs.maniskill.expert import PegInsertionExpert
 from rpent_envs.maniskill.task import MANISKILL_TASK_ID
 
+pytestmark = pytest.mark.sim
+
 
 def checks_both_ways(task):
     """evaluate() and privileged_state() with the CPU checks, then with ManiSkill's code."""

@@ -17,6 +17,8 @@ from rpent_envs.maniskill.expert import PegInsertionExpert
 from wrappers.chunking import execute_chunk, state_step_policy
 from wrappers.record import RecordTrajectory
 
+pytestmark = pytest.mark.sim
+
 IMAGE_SIZE = 32
 
 

@@ -13,6 +13,8 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import rpent_envs
 from rpent_envs.libero.env import suite_max_steps
 
+pytestmark = pytest.mark.sim
+
 LIBERO_ID = rpent_envs.LIBERO_ID
 IMAGE_SIZE = 32
 
@@ -143,6 +145,7 @@ def test_bad_arguments_are_refused_before_building_the_scene(kwargs, message):
         gym.make(LIBERO_ID, **kwargs)
 
 
+@pytest.mark.subprocess
 def test_import_is_light_and_mujoco_gl_defaults_to_egl():
     code = (
         "import os, sys, rpent_envs\n"

@@ -8,6 +8,8 @@ import rpent_envs
 from rpent_envs.libero.backend import load_task
 from rpent_envs.libero.expert import LiberoExpert, pick_place_goal
 
+pytestmark = pytest.mark.sim
+
 LIBERO_ID = rpent_envs.LIBERO_ID
 
 

@@ -12,6 +12,8 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import rpent_envs
 from rpent_envs.maniskill.expert import PegInsertionExpert
 
+pytestmark = pytest.mark.sim
+
 PEG_ID = rpent_envs.PEG_INSERTION_ID
 IMAGE_SIZE = 32
 
@@ -186,6 +188,7 @@ def test_rgb_array_render():
     assert frame.shape == (512, 512, 3) and frame.dtype == np.uint8 and frame.std() > 0
 
 
+@pytest.mark.subprocess
 def test_make_by_module_prefix_without_import():
     code = (
         "import gymnasium as gym; env = gym.make('rpent_envs:" + PEG_ID + "', obs_mode='state');"
@@ -195,6 +198,7 @@ def test_make_by_module_prefix_without_import():
     assert out.stdout.strip().endswith("(9,)")
 
 
+@pytest.mark.subprocess
 def test_vector_env_with_worker_processes():
     envs = gym.make_vec(
         PEG_ID,

@@ -2,8 +2,11 @@
 
 import av
 import gymnasium as gym
+import pytest
 
 import rpent_envs
+
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
 
 
 def test_gymnasiums_record_video_writes_the_peg_envs_render(tmp_path):

@@ -19,6 +19,8 @@ import rpent_envs
 from rpent_envs.robocasa.install import PYTHON_VARIABLE
 from rpent_envs.subprocess_env.venv import resolve_backend_python
 
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
+
 IMAGE_SIZE = 32
 ASSETS_ROOT = os.environ.get("ROBOCASA_ASSETS_PATH")
 needs_assets = pytest.mark.skipif(

@@ -22,6 +22,8 @@ import rpent_envs
 from rpent_envs.robotwin.install import ASSETS_VARIABLE, PYTHON_VARIABLE
 from rpent_envs.subprocess_env.venv import resolve_backend_python
 
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
+
 ASSETS_ROOT = os.environ.get(ASSETS_VARIABLE)
 BACKEND_FILE = Path(rpent_envs.__file__).parent / "robotwin" / "backend.py"
 needs_assets = pytest.mark.skipif(

@@ -25,6 +25,8 @@ from rpent_envs.subprocess_env import (
 from rpent_envs.subprocess_env.venv import VenvSpec, ensure_venv, venvs_dir
 from rpent_envs.subprocess_env.wire import Channel
 
+pytestmark = pytest.mark.subprocess
+
 BACKEND_FILE = Path(__file__).with_name("subprocess_backend.py")
 FACTORY = f"{BACKEND_FILE}:make_counting_env"
 OLD_STACK = VenvSpec(  # what RoboTwin's venv has: Python 3.11, gymnasium 0.29, numpy 1.26

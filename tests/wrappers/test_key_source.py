@@ -3,6 +3,8 @@
 import subprocess
 import time
 
+import pytest
+
 from wrappers.key_source import KeyPressQueue, PynputKeySource
 
 
@@ -59,6 +61,7 @@ def wait_for(condition, what):
         time.sleep(0.02)
 
 
+@pytest.mark.subprocess
 def test_real_keyboard_under_xvfb_reports_held_keys_and_one_press_per_hold(
     keyboard_threads_end,
 ):

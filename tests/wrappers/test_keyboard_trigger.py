@@ -7,6 +7,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 import rpent_envs
 from wrappers.policy_switch import PolicySwitch
@@ -82,6 +83,7 @@ def test_switch_hands_the_next_chunk_to_the_actor_after_a_press():
     switch.close()
 
 
+@pytest.mark.subprocess
 def test_missing_display_names_what_to_set():
     code = "from wrappers.triggers import KeyboardTrigger\nKeyboardTrigger().reset()\n"
     env = {
@@ -95,6 +97,7 @@ def test_missing_display_names_what_to_set():
     assert "Set DISPLAY" in result.stderr and "PYNPUT_BACKEND=uinput" in result.stderr
 
 
+@pytest.mark.subprocess
 def test_real_b_key_under_xvfb_flips_the_switch(keyboard_threads_end):
     switch = franka_switch(KeyboardTrigger())  # pynput, started by the first reset
     try:

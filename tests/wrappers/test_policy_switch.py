@@ -99,6 +99,7 @@ def run_chunks(switch, log, seed, actor_action, chunks_after_gate, max_chunks=40
 
 
 @pytest.mark.parametrize("seed", [0, 3])
+@pytest.mark.sim
 def test_latched_gate_opens_exactly_when_its_conditions_hold(log, seed):
     gate = AutoGate()
     switch = PolicySwitch(log, gate, reference=expert_reference(log))
@@ -121,6 +122,7 @@ def test_latched_gate_opens_exactly_when_its_conditions_hold(log, seed):
     assert infos[-1]["rlt_switch_flags"]
 
 
+@pytest.mark.sim
 def test_unlatched_gate_follows_its_conditions(log):
     gate = AutoGate(latch_until_done=False)
     switch = PolicySwitch(log, gate, reference=expert_reference(log))
@@ -133,6 +135,7 @@ def test_unlatched_gate_follows_its_conditions(log):
     assert infos[closed_again + 1]["action_source"] == "vla"  # and the reference took it back
 
 
+@pytest.mark.sim
 def test_every_step_is_recorded_with_its_true_source(log):
     expert_chunks = expert_reference(log)
 
@@ -168,6 +171,7 @@ def no_progress(previous_best, info, takeover):
     )
 
 
+@pytest.mark.sim
 def test_expert_takes_over_after_the_third_stalled_chunk_and_finishes(log):
     expert = PegInsertionExpert(log)
     takeover = ExpertTakeover(expert)
@@ -203,6 +207,7 @@ def test_expert_takes_over_after_the_third_stalled_chunk_and_finishes(log):
     assert reset_info["action_source"] is None and reset_info["executed_action"].shape == (0, 8)
 
 
+@pytest.mark.sim
 def test_a_trajectory_recorder_below_records_each_action_with_its_source(base_env, tmp_path):
     recorder = RecordTrajectory(base_env, tmp_path, robot="panda")
     expert = PegInsertionExpert(recorder)
@@ -228,6 +233,7 @@ def test_a_trajectory_recorder_below_records_each_action_with_its_source(base_en
     assert reader.read_task()["result"]["environment_success"] is True
 
 
+@pytest.mark.sim
 def test_warm_up_records_the_critical_phase_but_the_reference_drives(log):
     takeover = ExpertTakeover(PegInsertionExpert(log))
     gate = AutoGate(near_hole_x_min=-0.10)
@@ -247,6 +253,7 @@ def test_warm_up_records_the_critical_phase_but_the_reference_drives(log):
     assert terminated and infos[-1]["success"]
 
 
+@pytest.mark.sim
 def test_drop_in_mode_shows_the_library_actor_steps_only(log):
     takeover = ExpertTakeover(PegInsertionExpert(log))
     gate = AutoGate(near_hole_x_min=-0.10)
@@ -280,6 +287,7 @@ def test_drop_in_mode_shows_the_library_actor_steps_only(log):
         switch.actor_ready = False
 
 
+@pytest.mark.sim
 def test_drop_in_mode_is_reproducible_and_passes_the_sb3_checker(log):
     from stable_baselines3.common.env_checker import check_env
 
@@ -293,6 +301,7 @@ def test_drop_in_mode_is_reproducible_and_passes_the_sb3_checker(log):
     check_env(PolicySwitch(log, always_on, reference=expert_reference(log), skip_inactive=True))
 
 
+@pytest.mark.sim
 def test_a_long_drop_in_reset_shows_its_progress(log, monkeypatch, capsys, caplog):
     monkeypatch.setattr(policy_switch, "RESET_PROGRESS_DELAY_S", 0.0)  # every reset is long
     switch = PolicySwitch(log, AutoGate(), reference=expert_reference(log), skip_inactive=True)
@@ -302,6 +311,7 @@ def test_a_long_drop_in_reset_shows_its_progress(log, monkeypatch, capsys, caplo
     assert f"reset ran {info['skipped_chunks']} chunks (0 episodes ended)" in caplog.text
 
 
+@pytest.mark.sim
 def test_bad_inputs_are_refused(log):
     with pytest.raises(ValueError, match="reference="):
         PolicySwitch(log, AutoGate())

@@ -15,6 +15,8 @@ from wrappers.rlt import RLTObservation
 from wrappers.takeover import ExpertTakeover, as_step_policy
 from wrappers.triggers import AutoGate
 
+pytestmark = pytest.mark.sim
+
 HORIZON = 10
 ACTION_DIM = 8
 

@@ -101,6 +101,7 @@ def replay(env, task, actions):
     return states
 
 
+@pytest.mark.sim
 def test_peg_episode_is_recorded_for_replay(peg_episode):
     task_dir, observations, info, replayed = peg_episode
     task = task_of(task_dir)

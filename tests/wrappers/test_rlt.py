@@ -16,6 +16,8 @@ from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from rpent_envs.maniskill.expert import PegInsertionExpert
 from wrappers.rlt import RLTObservation
 
+pytestmark = pytest.mark.sim
+
 H_REF, H, DIM = 6, 4, 32
 
 

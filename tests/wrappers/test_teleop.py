@@ -202,6 +202,7 @@ def step_until(switch, done, what):
         time.sleep(0.02)
 
 
+@pytest.mark.subprocess
 def test_real_keyboard_under_xvfb_drives_the_arm_and_ends_the_episode(keyboard_threads_end):
     console = OperatorConsole()  # the real keyboard, one pynput listener
     env = console.outcome(gym.make(rpent_envs.FRANKA_ID, backend="memory", period_s=0.0))

@@ -38,6 +38,8 @@ from rpent_agents.stage1.run_state import TRAINING_STATE_FILE
 from rpent_agents.stage1.trainer import Stage1Trainer
 from rpent_agents.stage2 import load_weights, resume_run, save_run
 
+pytestmark = pytest.mark.subprocess
+
 KILLS = 10
 REPORT_TIMEOUT_S = 120
 

@@ -6,6 +6,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.subprocess
+
 
 def run_python(code):
     return subprocess.run(

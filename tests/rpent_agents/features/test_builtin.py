@@ -60,6 +60,7 @@ def test_images_of_another_size_are_resized():
 
 
 @pytest.mark.parametrize("head", ["regression", "flow"])
+@pytest.mark.slow
 def test_action_head_learns_a_fixed_chunk(head):
     vla = tiny_vla(action_head=head).train()
     optimizer = torch.optim.Adam(vla.parameters(), lr=3e-3)
@@ -98,6 +99,7 @@ def test_padded_chunk_steps_do_not_count():
     )
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip(tmp_path):
     vla = tiny_vla().eval()
     rl_token = RLToken(RLTokenConfig(dim=32, prefix_seq_len=64)).eval()

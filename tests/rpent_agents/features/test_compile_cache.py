@@ -16,6 +16,8 @@ from rpent_agents.features.compile_cache import (
     default_cache_root,
 )
 
+pytestmark = pytest.mark.subprocess
+
 FACTS = {"model": "toy", "torch": torch.__version__}
 
 

@@ -13,7 +13,11 @@ import sys
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.subprocess,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 
 # One process start: a two-kernel function on CUDA warmed up through the cache folder argv[1];
 # prints the warm-up's source and how many child processes this process has right after it.

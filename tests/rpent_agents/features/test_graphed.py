@@ -30,6 +30,7 @@ def test_batch_pieces_cover_the_batch_in_order():
 
 
 @pytest.mark.parametrize("count", [1, 3, 4, 7, 9])
+@pytest.mark.slow
 def test_padded_buckets_give_the_eager_features(count):
     eager, graphed = featurizers(binarize_gripper=True)
     graphed.rlt_features(observations(4, seed=1), instructions(4)[::-1])  # stale padding rows
@@ -44,6 +45,7 @@ def test_padded_buckets_give_the_eager_features(count):
     assert {key.rows for key in graphed.buckets} <= set(BUCKETS)
 
 
+@pytest.mark.slow
 def test_the_flow_head_gives_the_eager_z_rl_and_fresh_chunks():
     eager, graphed = featurizers(action_head="flow")
     obs, texts = observations(3), instructions(3)
@@ -70,6 +72,7 @@ def test_a_non_finite_state_is_refused_naming_the_observation():
     assert message.startswith("observation 5: 'state' holds nan at [2]")
 
 
+@pytest.mark.slow
 def test_an_output_overflowing_in_one_row_is_refused_naming_that_row():
     eager, graphed = featurizers()
     obs = observations(7)  # pieces of 4 and 3: row 5 sits in the second
@@ -83,6 +86,7 @@ def test_an_output_overflowing_in_one_row_is_refused_naming_that_row():
     ("broken_weight", "output"),
     [("norm.weight", "prefix"), ("action_head.out.bias", "ref_chunk"), (None, "z_rl")],
 )
+@pytest.mark.slow
 def test_a_broken_model_output_is_refused_as_the_eager_featurizer_does(broken_weight, output):
     eager, graphed = featurizers()
     with torch.no_grad():
@@ -102,6 +106,7 @@ def test_unsupported_inputs_are_refused():
         GraphedRLTFeaturizer(graphed.rl_token, graphed.rl_token)
 
 
+@pytest.mark.slow
 def test_the_cpu_keeps_the_eager_featurizer():
     assert type(load_featurizer(device="cpu", cuda_graphs=True)) is RLTFeaturizer
     assert type(PegRLTConfig(feature_device="cpu").make_featurizer()) is RLTFeaturizer

@@ -17,9 +17,12 @@ from rpent_agents.features.checkpoint import load_featurizer
 from rpent_agents.features.graphed import GraphedRLTFeaturizer
 from rpent_agents.features.protocol import RLTFeaturizer
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
-)
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
+    ),
+]
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 BUCKETS = (1, 2, 4, 8)
 

@@ -39,6 +39,8 @@ from rpent_agents.features.remote import RemoteFeatureModel, stack_observations
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from rpent_agents.features.server import FeatureServerPolicy, ServeArgs, pi05_featurizer
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def pi05_folders(tmp_path_factory):
@@ -282,6 +284,7 @@ def test_one_cuda_graph_per_bucket_is_refused_where_it_cannot_run(pi05_model):
         PI05FeatureModel(policy, None, None, PI05Options(fast_path=True, cuda_graph=True))
 
 
+@pytest.mark.subprocess
 def test_fast_path_matches_eager_and_buckets_above_one_share_its_compile(pi05_model, tmp_path):
     """Compiled (inductor on the CPU), with an RL token fused into its calls, against eager,
     same noise, a batch padded 3 -> 4; then batches of 2 and 6 (buckets 2 and 8) run bucket 4's
@@ -367,6 +370,7 @@ def healthy(port):
         connection.close()
 
 
+@pytest.mark.subprocess
 def test_server_listens_after_its_first_bucket_and_answers_while_another_compiles(
     pi05_folders, pi05_model, tmp_path
 ):

@@ -15,6 +15,8 @@ from pi05_toy import write_toy_folders
 
 from rpent_agents.features.compile_cache import cached_models
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
+
 CHILD = Path(__file__).with_name("pi05_cache_child.py")
 
 

@@ -19,7 +19,10 @@ from rpent_agents.features.pi05_options import PI05Options
 from rpent_agents.features.protocol import RLTFeaturizer
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 BF16_RELATIVE_ERROR = 5e-2
 
 

@@ -16,6 +16,8 @@ from rpent_agents.features.remote import FeatureServerError, RemoteFeatureModel,
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from rpent_agents.features.server import FeatureServerPolicy
 
+pytestmark = pytest.mark.subprocess
+
 INSTRUCTION = "insert the peg in the hole"
 
 

@@ -107,6 +107,7 @@ def test_rlt_loss_is_masked_mean_over_valid_tokens_and_width():
     torch.testing.assert_close(rl_token.rlt_loss(prefix, pad_mask, z_rl), expected)
 
 
+@pytest.mark.slow
 def test_training_reduces_reconstruction_loss():
     rl_token = make_token().train()
     optimizer = torch.optim.Adam(rl_token.parameters(), lr=1e-3)

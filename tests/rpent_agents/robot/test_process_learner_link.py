@@ -38,6 +38,8 @@ from rpent_agents.robot import (
     RobotRunState,
 )
 
+pytestmark = pytest.mark.subprocess
+
 TRANSITIONS = 10
 CALL_BOUND_S = 0.05  # generous: a healthy link's calls take microseconds (the bench measures)
 

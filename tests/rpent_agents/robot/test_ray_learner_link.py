@@ -32,6 +32,8 @@ from rpent_agents.robot import (  # noqa: E402
 )
 from rpent_agents.robot.ray_learner_link import LEARNER_RESOURCE  # noqa: E402
 
+pytestmark = pytest.mark.subprocess
+
 TRANSITIONS = 6
 CALL_BOUND_S = 0.05  # generous: the bench measures the real figure
 

@@ -13,6 +13,8 @@ from robot_learner_helpers import (
 from rpent_agents.robot import LearnerService, RobotRunState
 from rpent_agents.stage2 import Stage2Config, Stage2Learner, act_chunks, save_run
 
+pytestmark = pytest.mark.slow
+
 
 def run_all_owed(service, max_updates=8):
     """Update until nothing is owed; returns how many ran."""

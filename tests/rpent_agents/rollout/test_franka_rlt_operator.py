@@ -17,6 +17,8 @@ from wrappers.record import RecordTrajectory
 from wrappers.teleop import HumanTakeover, KeyboardTeleop
 from wrappers.triggers import KeyboardTrigger
 
+pytestmark = pytest.mark.slow
+
 REFERENCE_LEN, ACTOR_LEN, ACTION_DIM, STATE_DIM = 20, 10, 7, 19
 
 

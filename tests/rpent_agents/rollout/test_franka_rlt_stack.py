@@ -59,6 +59,7 @@ def test_spaces_are_the_reference_chunk_20_and_the_actor_chunk_10(franka_checkpo
     env.close()
 
 
+@pytest.mark.slow
 def test_the_reference_drives_until_the_operator_presses_b(franka_checkpoint):
     presses = KeyPressQueue()
     env = make_env(franka_checkpoint, presses, skip_inactive=False)
@@ -81,6 +82,7 @@ def test_the_reference_drives_until_the_operator_presses_b(franka_checkpoint):
     env.close()
 
 
+@pytest.mark.slow
 def test_drop_in_reset_returns_once_the_operator_has_pressed_b(franka_checkpoint):
     presses = KeyPressQueue()
     env = make_env(franka_checkpoint, presses)  # drop-in: skip_inactive=True by default

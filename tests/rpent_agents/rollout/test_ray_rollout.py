@@ -15,6 +15,8 @@ import time
 import numpy as np
 import pytest
 
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
+
 ray = pytest.importorskip("ray")
 
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode  # noqa: E402

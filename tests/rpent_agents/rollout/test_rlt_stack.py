@@ -12,6 +12,8 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import rpent_envs
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, read_config
 
+pytestmark = pytest.mark.sim
+
 DEFAULT = read_config(DEFAULT_CHECKPOINT_DIR)
 
 
@@ -67,6 +69,7 @@ def test_checkers_pass(always_on_env):
     sb3_check_env(always_on_env, warn=False)
 
 
+@pytest.mark.subprocess
 def test_importing_rpent_envs_does_not_import_rpent_agents():
     code = "import sys, rpent_envs; assert 'rpent_agents' not in sys.modules"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -18,6 +18,8 @@ from wrappers.policy_switch import PolicySwitch
 from wrappers.takeover import ExpertTakeover
 from wrappers.triggers import AutoGate
 
+pytestmark = pytest.mark.sim
+
 CONFIG = PegRLTConfig(render_backend="cpu", feature_device="cpu")
 SEEDS = [5, 6]
 
@@ -34,6 +36,7 @@ def batched_run():
     return first, after, infos, step_infos
 
 
+@pytest.mark.subprocess
 def test_batched_and_per_env_featurization_give_the_same_observations(batched_run):
     first, after, _, step_infos = batched_run
     assert list(step_infos["action_source"]) == ["vla", "vla"]
@@ -53,6 +56,7 @@ def test_batched_and_per_env_featurization_give_the_same_observations(batched_ru
         env.close()
 
 
+@pytest.mark.subprocess
 def test_the_vector_env_has_the_composite_envs_spaces(batched_run):
     first, _, infos, _ = batched_run
     env = make_peg_rlt(CONFIG)
@@ -65,6 +69,7 @@ def test_the_vector_env_has_the_composite_envs_spaces(batched_run):
     assert list(infos["task"]) == ["insert the peg in the hole"] * 2
 
 
+@pytest.mark.subprocess
 def test_a_worker_times_the_rendering_inside_its_chunk(batched_run):
     *_, step_infos = batched_run
     render_s, chunk_s = step_infos["worker_render_s"], step_infos["worker_chunk_s"]
@@ -151,6 +156,7 @@ def test_worker_refuses_a_step_without_a_supplied_reference(state_worker):
         worker.env.step(np.zeros(80, np.float32))
 
 
+@pytest.mark.subprocess
 def test_a_worker_starts_its_next_episode_with_the_seed_sent_with_the_chunk():
     config = PegRLTConfig(render_backend="cpu", feature_device="cpu", max_episode_chunks=1)
     envs = make_rlt_vector_env(config, num_envs=1)
@@ -168,6 +174,7 @@ def test_a_worker_starts_its_next_episode_with_the_seed_sent_with_the_chunk():
     assert np.abs(ended_state - obs["proprio"][0]).max() > 1e-4  # the last state, not the new
 
 
+@pytest.mark.subprocess
 def test_stepping_the_ready_workers_gives_what_a_synchronous_step_gives():
     config = PegRLTConfig(render_backend="cpu", feature_device="cpu", max_episode_chunks=2)
     actions = np.zeros((2, 80), np.float32)

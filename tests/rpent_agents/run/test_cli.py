@@ -67,6 +67,7 @@ def check_chunk_links(task_dir, source, model, tool):
     return actions
 
 
+@pytest.mark.sim
 def test_vla_runs_the_checkpoints_reference_chunks_as_vla_predictions(peg_checkpoint, tmp_path):
     args = RunArgs(
         seeds=[3], env_kwargs=PEG_KWARGS, policy="vla", checkpoint=peg_checkpoint,
@@ -96,6 +97,7 @@ def test_vla_runs_the_checkpoints_reference_chunks_as_vla_predictions(peg_checkp
     assert task["robot"] == "panda" and task["planner"] == {"kind": "rpent-run", "policy": "vla"}
 
 
+@pytest.mark.sim
 def test_actor_chunks_are_linked_to_actor_predictions_and_export_on_request(
     peg_checkpoint, actor_weights, tmp_path
 ):
@@ -140,6 +142,7 @@ def franka_env(**overrides):
 
 
 @pytest.mark.parametrize("actor_gate, chunks", [(True, {"actor": 2}), (False, {"vla": 2})])
+@pytest.mark.sim
 def test_the_actor_drives_under_the_gate_it_was_trained_with(
     peg_checkpoint, actor_weights, tmp_path, actor_gate, chunks
 ):
@@ -207,6 +210,8 @@ def test_an_output_folder_with_a_summary_or_an_existing_video_is_refused(tmp_pat
         check_args(RunArgs(seeds=[0], video=tmp_path / SUMMARY_FILE))
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_the_cli_runs_the_libero_expert_as_the_vla_stand_in(tmp_path):
     env_kwargs = json.dumps({"suite": "libero_goal", "task_id": 8, "image_size": 32})
     result = subprocess.run(
@@ -226,6 +231,8 @@ def test_the_cli_runs_the_libero_expert_as_the_vla_stand_in(tmp_path):
     assert {a["source"] for a in actions} == {"vla"} and len(actions[0]["action"]) == 7
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_recording_onto_a_full_disk_ends_in_one_line_naming_the_file(small_disk):
     disk = small_disk(128)
     result = subprocess.run(

@@ -15,6 +15,8 @@ from rpent_agents.run.cli import RunArgs, run_policy
 from rpent_agents.run.video import BORDER_PX, DRIVER_COLOURS, OUTCOME_COLOURS, EpisodeVideo
 from rpent_agents.stage2 import DEFAULT_ACTOR_DIR
 
+pytestmark = pytest.mark.sim
+
 PEG_KWARGS = json.dumps({"image_size": 32, "render_backend": "cpu"})
 END_HOLD_FRAMES = 10  # one second at the peg env's 10 Hz
 
@@ -34,6 +36,7 @@ def assert_colours(colours, expected):
         assert np.abs(colour - np.asarray(expected)).max() < 40, (colour, expected)
 
 
+@pytest.mark.subprocess
 def test_the_readme_command_runs_the_default_actor_records_and_writes_a_video(tmp_path):
     video = tmp_path / "run" / "episodes.mp4"
     command = [

@@ -11,6 +11,8 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from rpent_agents.stage1.collect import CACHE_FILE, COLLECT_MANIFEST, CollectArgs, collect_peg_demos
 from rpent_agents.stage1.frame_cache import FrameCache
 
+pytestmark = pytest.mark.sim
+
 
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory):
@@ -21,6 +23,7 @@ def collected(tmp_path_factory):
     return output_dir, report
 
 
+@pytest.mark.subprocess
 def test_dataset_reloads_with_expected_features(collected):
     output_dir, report = collected
     dataset = LeRobotDataset("local/peg_demos", root=output_dir)
@@ -37,6 +40,7 @@ def test_dataset_reloads_with_expected_features(collected):
     np.testing.assert_allclose(frame["state"][7:].numpy(), 0.04, atol=1e-5)
 
 
+@pytest.mark.subprocess
 def test_manifest_lists_the_seeds_to_replay(collected):
     output_dir, report = collected
     manifest = json.loads((output_dir / COLLECT_MANIFEST).read_text())
@@ -47,6 +51,7 @@ def test_manifest_lists_the_seeds_to_replay(collected):
     assert not list(output_dir.parent.glob(".peg_demos.partial-*"))
 
 
+@pytest.mark.subprocess
 def test_cli_refuses_an_existing_output_dir(collected):
     output_dir, _ = collected
     before = sorted(p.name for p in output_dir.rglob("*"))
@@ -60,6 +65,7 @@ def test_cli_refuses_an_existing_output_dir(collected):
     assert sorted(p.name for p in output_dir.rglob("*")) == before
 
 
+@pytest.mark.subprocess
 def test_npz_cache_from_worker_processes(tmp_path):
     output_dir = tmp_path / "peg_cache"
     report = collect_peg_demos(

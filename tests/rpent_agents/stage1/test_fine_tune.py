@@ -70,6 +70,7 @@ def fine_tune_args(data, output_dir, checkpoint, **overrides):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_first_loss_is_the_source_checkpoints_loss_on_the_same_batch(
     source_checkpoint, cache_path, tmp_path
 ):
@@ -100,6 +101,7 @@ def test_recomputed_norm_stats_come_from_the_data_and_the_weights_stay(
     torch.testing.assert_close(trainer.vla.state_dict(), source_vla.state_dict())
 
 
+@pytest.mark.subprocess
 def test_a_dataset_of_other_dims_is_refused_by_the_cli_before_training(source_checkpoint, tmp_path):
     wrong = tmp_path / "wrong.npz"
     frame_cache(state_dim=5).save(wrong)

@@ -90,6 +90,7 @@ def report_without_paths(export_dir):
         ),
     ],
 )
+@pytest.mark.slow
 def test_the_cache_holds_the_lerobot_exports_frames_and_report(
     run_dir, tmp_path, include_sources, episode_frames, chunk_starts, excluded_actions
 ):
@@ -134,6 +135,7 @@ def cli(*arguments, env):
     return result
 
 
+@pytest.mark.subprocess
 def test_export_and_fine_tune_run_where_lerobot_cannot_be_imported(run_dir, tmp_path):
     """As on the GPU machine: records -> cache -> `train --init-from`, lerobot unimportable."""
     hidden = tmp_path / "no_lerobot" / "lerobot"
@@ -166,6 +168,7 @@ def test_export_and_fine_tune_run_where_lerobot_cannot_be_imported(run_dir, tmp_
         (["--dataset", "d", "--output-dir", "o"], "writes one file: give --output F.npz"),
     ],
 )
+@pytest.mark.subprocess
 def test_export_cache_options_that_do_not_fit_are_refused(arguments, message):
     result = cli("export-cache", *arguments, env=dict(os.environ))
     assert result.returncode == 1 and message in result.stderr

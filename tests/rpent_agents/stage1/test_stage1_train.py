@@ -64,6 +64,8 @@ def trained(cache_path):
     return output_dir
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_cache_holds_every_frame_of_the_dataset(dataset_dir, cache_path):
     dataset = LeRobotDataset("local/demos", root=dataset_dir)
     cache = FrameCache.load(cache_path)
@@ -92,6 +94,8 @@ def test_chunk_targets_stop_at_episode_ends():
     assert valid.tolist() == [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 0], [1, 0, 0]]
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_training_writes_a_loadable_checkpoint_and_tensorboard(trained, cache_path):
     names = {path.name for path in trained.iterdir()}
     assert {"model.safetensors", "config.json", "norm_stats.json", "training_state.pt"} <= names
@@ -109,6 +113,8 @@ def test_training_writes_a_loadable_checkpoint_and_tensorboard(trained, cache_pa
     np.testing.assert_allclose(vla.norm_stats.action_mean, cache.actions.mean(0), rtol=1e-5)
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_resume_continues_and_an_existing_folder_is_refused(trained, cache_path):
     common = ["train", "--data", str(cache_path), "--output-dir", str(trained), *TINY_MODEL]
     refused = stage1_cli(*common, "--steps", "6", "--device", "cpu")
@@ -126,6 +132,8 @@ def test_resume_continues_and_an_existing_folder_is_refused(trained, cache_path)
     assert [event.step for event in events.Scalars("train/rlt_loss")][-1] == 6
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_a_non_finite_frame_in_a_cache_is_refused_by_name(cache_path, tmp_path):
     cache = FrameCache.load(cache_path)
     second_episode = int(np.flatnonzero(cache.episode_index == 1)[0])
@@ -140,6 +148,7 @@ def test_a_non_finite_frame_in_a_cache_is_refused_by_name(cache_path, tmp_path):
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
+@pytest.mark.sim
 def test_a_non_finite_frame_in_a_lerobot_dataset_is_refused_by_name(dataset_dir, tmp_path):
     damaged = tmp_path / "demos"
     shutil.copytree(dataset_dir, damaged)
@@ -155,6 +164,7 @@ def test_a_non_finite_frame_in_a_lerobot_dataset_is_refused_by_name(dataset_dir,
         cache_from_lerobot(damaged)
 
 
+@pytest.mark.sim
 def test_training_reads_a_lerobot_folder_directly(dataset_dir, tmp_path):
     args = TrainArgs(data=dataset_dir, output_dir=tmp_path / "from_dataset", steps=1, batch_size=2)
     args.vla.dim, args.vla.image_size, args.vla.patch_size, args.vla.num_layers = 32, 32, 16, 1
@@ -162,6 +172,8 @@ def test_training_reads_a_lerobot_folder_directly(dataset_dir, tmp_path):
     assert (train(args) / "model.safetensors").is_file()
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_rlt_loss_trains_only_the_rl_token(cache_path, tmp_path):
     args = TrainArgs(data=cache_path, output_dir=tmp_path / "unused")
     args.vla.dim, args.vla.image_size, args.vla.patch_size, args.vla.num_layers = 32, 32, 16, 1
@@ -188,6 +200,7 @@ def test_random_shift_moves_images_within_bounds():
     assert shifted.shape == images.shape and shifted.dtype == torch.uint8
 
 
+@pytest.mark.subprocess
 def test_stage1_modules_import_without_lerobot_gymnasium_or_simulator():
     code = (
         "import sys, rpent_agents.stage1.train, rpent_agents.features.rl_token;"
@@ -199,6 +212,7 @@ def test_stage1_modules_import_without_lerobot_gymnasium_or_simulator():
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_subsampled_conv_cache_trains_and_keeps_the_best_validation(tmp_path):
     from rpent_agents.stage1.trainer import learning_rate_factor
 

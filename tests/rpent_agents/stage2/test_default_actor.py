@@ -46,6 +46,7 @@ def peg_env():
     env.close()
 
 
+@pytest.mark.sim
 def test_it_acts_on_the_embedded_checkpoints_features_as_its_learner_would(peg_env):
     config = PegRLTConfig(feature_device="cpu", trigger_mode="always_on")
     # no stage2_run: the embedded actor; the first chunk is its own under the options' gate
@@ -72,6 +73,7 @@ def test_it_acts_on_the_embedded_checkpoints_features_as_its_learner_would(peg_e
     np.testing.assert_array_equal(policy.actor.act(features), decision.chunk.reshape(1, -1))
 
 
+@pytest.mark.sim
 def test_it_opens_the_gate_it_was_trained_under(peg_env):
     # trained with the missed-grasp entry: whoever acts with it opens that gate by default
     assert RESULTS["gate"] == {"trigger_mode": "auto", "missed_grasp_chunks": 4}

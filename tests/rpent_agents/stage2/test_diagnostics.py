@@ -66,6 +66,8 @@ def run_cli(tmp_path, *options):
     return result, json.loads((tmp_path / "report.json").read_text())
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_cli_evaluates_the_embedded_actor_without_a_stage2_run(tmp_path):
     _, report = run_cli(
         tmp_path, "--policy", "actor", "--no-actor-gate", "--env.trigger-mode", "always_on",
@@ -85,6 +87,8 @@ def test_the_actor_is_evaluated_under_the_gate_it_was_trained_under():
     assert with_actor_gate(untouched).env == args.env
 
 
+@pytest.mark.sim
+@pytest.mark.subprocess
 def test_cli_writes_a_report_and_a_plot(tmp_path):
     result, report = run_cli(tmp_path, "--num-envs", "2", "--num-episodes", "2")
     assert report["policy"] == "base" and report["seeds"] == [0, 1]
@@ -96,6 +100,7 @@ def test_cli_writes_a_report_and_a_plot(tmp_path):
     assert "success" in result.stdout
 
 
+@pytest.mark.subprocess
 def test_cli_refuses_an_actor_for_the_base_policy(tmp_path):
     command = [sys.executable, "-m", "rpent_agents.stage2.diagnostics", "--stage2-run", "w.pt"]
     result = subprocess.run(command, capture_output=True, text=True)
@@ -103,6 +108,7 @@ def test_cli_refuses_an_actor_for_the_base_policy(tmp_path):
 
 
 @pytest.mark.parametrize("flag", ["--num-episodes", "--num-envs"])
+@pytest.mark.subprocess
 def test_cli_refuses_nonsense_counts(tmp_path, flag):
     command = [sys.executable, "-m", "rpent_agents.stage2.diagnostics", flag, "zero"]
     result = subprocess.run(command, capture_output=True, text=True)

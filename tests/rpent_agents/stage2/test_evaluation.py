@@ -13,6 +13,8 @@ from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import make_rlt_vector_env, reset_envs
 from rpent_agents.stage2.evaluation import evaluate_on_seeds
 
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
+
 # always_on: with actor_ready the actor's chunk drives every chunk from the first
 CONFIG = PegRLTConfig(
     render_backend="cpu",

@@ -13,6 +13,8 @@ import torch
 from rpent_agents.stage2 import Stage2Learner, losses
 from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2
 
+pytestmark = pytest.mark.slow
+
 TRAIN_EPISODES = 500
 EVAL_EPISODES = 200
 LEARNED = 0.6

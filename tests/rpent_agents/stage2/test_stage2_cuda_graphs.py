@@ -17,9 +17,12 @@ from stage2_helpers import (
 from rpent_agents.stage2 import resume_run, save_run
 from rpent_agents.stage2.algorithm import UpdateKind
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
-)
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
+    ),
+]
 
 
 @pytest.mark.parametrize(

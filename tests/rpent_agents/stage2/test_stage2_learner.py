@@ -235,6 +235,7 @@ def _bandit_transition(rng, dims):
     ), target
 
 
+@pytest.mark.slow
 def test_the_actor_learns_to_beat_a_biased_reference_from_the_critic():
     dims = RLTDims(z_dim=2, proprio_dim=1, ref_chunk_len=1, action_dim=2)
     config = Stage2Config(

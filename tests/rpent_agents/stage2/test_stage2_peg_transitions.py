@@ -2,6 +2,7 @@
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 import rpent_envs
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
@@ -20,6 +21,8 @@ from wrappers.policy_switch import PolicySwitch
 from wrappers.rlt import RLTObservation
 from wrappers.takeover import ExpertTakeover, as_step_policy
 from wrappers.triggers import AutoGate
+
+pytestmark = pytest.mark.sim
 
 H, ACTION_DIM = 10, 8
 

@@ -17,9 +17,12 @@ from stage2_helpers import (
     stored_observations,
 )
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
-)
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device (CI machines have none)"
+    ),
+]
 QUEUED = {"learning_starts": 0, "update_schedule": False, "intervention_batch_share": 0.25}
 
 

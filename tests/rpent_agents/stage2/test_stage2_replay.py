@@ -251,6 +251,7 @@ def test_observed_reference_keeps_the_vla_chunk_on_intervened_steps():
     np.testing.assert_array_equal(item.intervened, [True, True])
 
 
+@pytest.mark.slow
 def test_a_full_buffer_keeps_memory_flat_while_it_turns_over():
     # CI-sized; bench/long_run_memory.py replay measures the default capacity (50000).
     def resident_bytes():

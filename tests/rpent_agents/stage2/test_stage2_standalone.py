@@ -26,6 +26,7 @@ print(learner.train_step()["train/rlt/critic_updates_run"])
 """
 
 
+@pytest.mark.subprocess
 def test_stage2_trains_where_only_torch_and_numpy_are_installed():
     result = subprocess.run(
         [sys.executable, "-c", WITHOUT_SIMULATORS], capture_output=True, text=True, timeout=300

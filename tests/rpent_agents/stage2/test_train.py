@@ -20,6 +20,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from rpent_agents.stage2 import actor_gate
 
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
+
 EXAMPLE = Path(__file__).parents[3] / "examples" / "train_rlt_peg.py"
 TINY_RUN = [
     "--num-envs", "2", "--env.render-backend", "cpu", "--env.trigger-mode", "always_on",

@@ -10,6 +10,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from non_finite_states import NaNStatePegConfig
@@ -21,6 +22,8 @@ from rpent_agents.rollout.vector import FeaturizedVectorEnv
 from rpent_agents.rollout.worker import RLTWorkerFactory
 from rpent_agents.stage2 import Stage2Config
 from rpent_agents.stage2 import train as stage2_train
+
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
 
 NAN_STEPS = (4, 31, 58, 95, 122)
 """Steps of the second worker (evaluations included) whose state is NaN: five chunks."""

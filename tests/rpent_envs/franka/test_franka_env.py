@@ -60,6 +60,7 @@ def test_registered_nondeterministic_and_passes_both_checkers():
     env.close()
 
 
+@pytest.mark.subprocess
 def test_made_without_import_and_without_loading_robot_libraries():
     code = (
         "import sys, gymnasium as gym\n"

@@ -23,7 +23,7 @@ from rpent_envs.franka.memory_backend import MemoryFrankaBackend
 from rpent_envs.franka.pose import Pose
 from wrappers.chunking import execute_chunk
 
-pytestmark = pytest.mark.timeout(180, method="thread")
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess, pytest.mark.timeout(180, method="thread")]
 
 CHUNK_STEPS = 20
 SIM_ENV = {

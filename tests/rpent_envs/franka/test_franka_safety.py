@@ -59,6 +59,7 @@ def test_box_rejects_bounds_at_the_gimbal_lock():
         SafetyBox(BOX.center, np.full(3, 0.1), np.array([0.1, 1.6, 0.1]))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(measured=poses, action=actions)
 def test_no_action_from_any_measured_pose_commands_outside_the_box(measured, action):
@@ -66,6 +67,7 @@ def test_no_action_from_any_measured_pose_commands_outside_the_box(measured, act
     assert BOX.contains(target, tolerance=1e-7)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(start=poses.map(BOX.clip), action=actions)
 def test_a_step_from_inside_the_box_stays_within_the_step_limits(start, action):

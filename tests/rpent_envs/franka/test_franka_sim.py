@@ -19,7 +19,7 @@ import rpent_envs
 from rpent_envs.franka.backend import FrankaConnectionError, FrankaControlError
 
 # The thread method also fires (and dumps every stack) while a franky call blocks in C++.
-pytestmark = pytest.mark.timeout(180, method="thread")
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess, pytest.mark.timeout(180, method="thread")]
 
 TARGET_POSITION_M = (0.55, 0.0, 0.45)  # 7 cm below franky-sim's initial TCP
 BOX_HALF_EXTENT_M = 0.08
