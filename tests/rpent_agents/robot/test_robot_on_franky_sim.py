@@ -24,7 +24,12 @@ from recorders.trajectory import find_task_dirs
 from rpent_agents.stage2.checkpoint import resume_run
 from rpent_agents.stage2.learner import Stage2Learner
 
-pytestmark = pytest.mark.timeout(300, method="thread")
+pytestmark = [
+    pytest.mark.sim,
+    pytest.mark.subprocess,
+    pytest.mark.slow,
+    pytest.mark.timeout(300, method="thread"),  # also fires while a franky call blocks in C++
+]
 PERIOD_S = 0.1
 MOVE_X = np.array([1, 0, 0, 0, 0, 0], np.float32)  # the Up key's command
 

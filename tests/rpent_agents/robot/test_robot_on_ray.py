@@ -16,7 +16,7 @@ from robot_learner_helpers import start_two_node_cluster
 from rpent_agents.stage2.checkpoint import CONFIG_FILE
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from robot_command_helpers import run_stand_in
 
 from rpent_agents.stage2.checkpoint import resume_run
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.sim, pytest.mark.subprocess, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_the_stand_in_stores_the_experts_chunks_and_the_learner_updates(tmp_path):
