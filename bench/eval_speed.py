@@ -16,8 +16,7 @@ workers up, untimed. The per-seed outcomes must match (`same_outcomes`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -27,7 +26,7 @@ from rpent_agents.common.devices import resolve_device
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2.checkpoint import actor_gate, load_actor
-from rpent_agents.stage2.evaluation import ChunkPolicy, EvalResult, evaluate_on_seeds
+from rpent_agents.stage2.evaluation import ChunkActFn, EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.networks import RLTDims
 
 
@@ -45,13 +44,12 @@ class Args:
     policy: Literal["actor", "base"] = "actor"
     """actor: the embedded Stage 2 actor under the gate it was trained under; base: reference
     chunks only."""
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    feature_device: str = "auto"
-    checkpoint: Path | None = None
-    """Stage 1 checkpoint; default: the embedded one."""
+    env: tyro.conf.OmitArgPrefixes[PegRLTConfig] = field(default_factory=PegRLTConfig)
+    """The peg RLT stack (`--checkpoint`, `--render-backend`, `--feature-device`, ...); with
+    `--policy actor` its gate is the one the actor was trained under."""
 
 
-def chunk_policy(args: Args, config: PegRLTConfig, envs: FeaturizedVectorEnv) -> ChunkPolicy:
+def act_fn_of_policy(args: Args, config: PegRLTConfig, envs: FeaturizedVectorEnv) -> ChunkActFn:
     """The chunks of `args.policy` (the base policy's are zeros: never executed)."""
     if args.policy == "base":
         flat = envs.single_action_space.shape[0]
@@ -70,15 +68,11 @@ def outcomes(result: EvalResult) -> dict[int, tuple]:
 
 
 def main(args: Args) -> dict:
-    config = PegRLTConfig(
-        checkpoint=args.checkpoint,
-        render_backend=args.render_backend,
-        feature_device=args.feature_device,
-    ).with_gate_settings(actor_gate(None) if args.policy == "actor" else {})
+    config = args.env.with_gate_settings(actor_gate(None) if args.policy == "actor" else {})
     seeds = range(args.first_seed, args.first_seed + args.num_seeds)
     envs = make_rlt_vector_env(config, args.num_envs)
     try:
-        act, actor_ready = chunk_policy(args, config, envs), args.policy == "actor"
+        act, actor_ready = act_fn_of_policy(args, config, envs), args.policy == "actor"
         evaluate_on_seeds(envs, seeds[:1], act, actor_ready, "warm-up", ready_envs=0)
         results: dict[str, list[EvalResult]] = {"lockstep": [], "as_answered": []}
         for _ in range(args.repeats):

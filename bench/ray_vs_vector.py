@@ -26,19 +26,20 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import ray
 import tyro
 from stage2_throughput import loop_settings, loop_speed
 
-from rpent_agents.rollout.ray_rollout import RayRolloutConfig, make_ray_vector_env
+from rpent_agents.rollout.ray_config import RayRolloutConfig
+from rpent_agents.rollout.ray_rollout import make_ray_vector_env
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
 from rpent_agents.stage2 import Stage2Config
-from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2, TrainArgs, train
+from rpent_agents.stage2.train_args import Stage2TrainArgs
+from rpent_agents.stage2.trainer import train
 
 SMOKE_STAGE2 = Stage2Config(
     hidden_dim=32, batch_size=8, learning_starts=2, warmup_updates=2, weight_warmup_updates=1,
@@ -51,10 +52,8 @@ class Args:
     workers: tuple[int, ...] = (1, 2)
     """Worker counts of the throughput measurement."""
     envs_per_worker: int = 1
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    feature_device: str = "auto"
-    checkpoint: Path | None = None
-    """Stage 1 checkpoint; default: the embedded one."""
+    env: tyro.conf.OmitArgPrefixes[PegRLTConfig] = field(default_factory=PegRLTConfig)
+    """The peg RLT stack (`--checkpoint`, `--render-backend`, `--feature-device`, ...)."""
     ray_address: str | None = None
     """Ray cluster to join (None: a local Ray of this machine's cores)."""
     cpus_per_worker: float = 1.0
@@ -103,16 +102,16 @@ def backend_speed(args: Args, config: PegRLTConfig, backend: str, num_workers: i
     return {"start_s": start_s} | {key: round(value, 1) for key, value in figures.items()}
 
 
-def curve_args(args: Args, config: PegRLTConfig, backend: str, output_dir: Path) -> TrainArgs:
+def curve_args(args: Args, config: PegRLTConfig, backend: str, output_dir: Path) -> Stage2TrainArgs:
     """`rpent-stage2 sample-efficient` of one backend (or the smoke run)."""
-    stage2 = SAMPLE_EFFICIENT_STAGE2
+    stage2 = Stage2Config.sample_efficient()
     eval_episodes, env_steps, eval_every = (
         args.curve_eval_episodes, args.curve_env_steps, args.curve_eval_every
     )  # fmt: skip
     if args.smoke:
         config = dataclasses.replace(config, trigger_mode="always_on", max_episode_chunks=2)
         stage2, eval_episodes, env_steps, eval_every = SMOKE_STAGE2, 2, 200, 100
-    return TrainArgs(
+    return Stage2TrainArgs(
         output_dir=output_dir,
         rollout=backend,
         num_envs=args.curve_workers * args.envs_per_worker,
@@ -145,11 +144,7 @@ def main(args: Args) -> dict:
         ray.init(include_dashboard=False)
     else:
         ray.init(address=args.ray_address)
-    config = PegRLTConfig(
-        checkpoint=args.checkpoint,
-        render_backend=args.render_backend,
-        feature_device=args.feature_device,
-    )
+    config = args.env
     figures: dict = {"envs_per_worker": args.envs_per_worker, "throughput": {}}
     for num_workers in args.workers:
         speeds = {

@@ -5,7 +5,7 @@ Three measurements on the same machine, each with `--num-envs` worker processes:
 - raw rgb: the peg env rendering both cameras at every step (what a naive loop pays);
   both with the loop's episode length and scene reuse (`--raw-episode-steps`,
   `--reconfiguration-freq`: resets cost what they cost the loop);
-- training loop: `rpent_agents.stage2.train.Stage2Run.collect_and_learn` (workers render only
+- training loop: `rpent_agents.stage2.trainer.Stage2Run.collect_and_learn` (workers render only
   chunk boundaries; one batched featurizer call per vector step in this process; the learner
   updates while the workers simulate; a worker whose episode ends starts the next one itself),
   the actor driving every chunk, every chunk stored as a transition (`trigger_mode=
@@ -24,9 +24,8 @@ import dataclasses
 import json
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -40,27 +39,26 @@ from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner
 from rpent_agents.stage2.loop_profile import LoopProfile
 from rpent_agents.stage2.results import LearningResults
 from rpent_agents.stage2.run_folder import RunState
-from rpent_agents.stage2.train import (
-    SAMPLE_EFFICIENT_ENV,
-    SAMPLE_EFFICIENT_STAGE2,
-    Stage2Run,
-    TrainArgs,
-)
+from rpent_agents.stage2.train_args import Stage2TrainArgs
+from rpent_agents.stage2.trainer import Stage2Run
 
 
 @dataclass
 class Args:
     num_envs: int = 2
-    render_backend: Literal["auto", "cpu", "gpu"] = "auto"
-    feature_device: str = "auto"
-    checkpoint: Path | None = None
-    """Stage 1 checkpoint (its image size sets the cameras'); default: the embedded one."""
+    env: tyro.conf.OmitArgPrefixes[PegRLTConfig] = field(
+        default_factory=lambda: PegRLTConfig(
+            reconfiguration_freq=PegRLTConfig.sample_efficient().reconfiguration_freq
+        )
+    )
+    """The peg RLT stack (`--checkpoint`, `--render-backend`, `--feature-device`, ...; the
+    checkpoint's image size sets the cameras'); `--reconfiguration-freq`, resets per scene of
+    the raw envs and the loop's, is the sample-efficient preset's by default. The loop drives
+    every chunk with the actor (see the module doc)."""
     raw_steps: int = 100
     """Timed steps per worker of each raw-env measurement."""
     raw_episode_steps: int = 80
     """Episode length of the raw envs (they reset themselves): the loop's 8 chunks."""
-    reconfiguration_freq: int = SAMPLE_EFFICIENT_ENV.reconfiguration_freq
-    """Resets per scene, of the raw envs and the loop's (the preset's by default)."""
     loop_iterations: int = 30
     """Timed vector steps (one chunk per worker each) of the training loop."""
     warmup_iterations: int = 3
@@ -79,8 +77,8 @@ def raw_env_speed(args: Args, obs_mode: str, image_size: int) -> float:
     kwargs = {
         "obs_mode": obs_mode,
         "image_size": image_size,
-        "render_backend": args.render_backend,
-        "reconfiguration_freq": args.reconfiguration_freq,
+        "render_backend": args.env.render_backend,
+        "reconfiguration_freq": args.env.reconfiguration_freq,
         "max_episode_steps": args.raw_episode_steps,
     }
     envs = AsyncVectorEnv(
@@ -104,7 +102,7 @@ def raw_env_speed(args: Args, obs_mode: str, image_size: int) -> float:
 def loop_settings(config: PegRLTConfig) -> tuple[PegRLTConfig, Stage2Config]:
     """The measured loop's stack and learner settings (see the module doc)."""
     # Updates from the first transition on, 4 per transition as in the preset's steady state.
-    stage2 = dataclasses.replace(SAMPLE_EFFICIENT_STAGE2, learning_starts=1, warmup_updates=0)
+    stage2 = Stage2Config.sample_efficient(learning_starts=1, warmup_updates=0)
     # Episodes of 8 chunks: about as long as the base policy's (resets as often as in a run).
     config = dataclasses.replace(config, trigger_mode="always_on", max_episode_chunks=8)
     return config, stage2
@@ -121,7 +119,7 @@ def loop_speed(
     dims = RLTDims.from_observation_space(envs.single_observation_space)
     learner = Stage2Learner(stage2, dims)
     with tempfile.TemporaryDirectory() as folder, ScalarLog(folder) as log:
-        train_args = TrainArgs(output_dir=Path(folder), stage2=stage2, ready_envs=ready_envs)
+        train_args = Stage2TrainArgs(output_dir=Path(folder), stage2=stage2, ready_envs=ready_envs)
         results = LearningResults(eval_seeds=[0])
         run = Stage2Run(train_args, envs, learner, RunState(), results, log, time.monotonic())
         run.obs = run.start_training_episodes()
@@ -155,12 +153,7 @@ def training_loop_speed(args: Args, config: PegRLTConfig) -> dict:
 
 
 def main(args: Args) -> dict:
-    config = PegRLTConfig(
-        checkpoint=args.checkpoint,
-        render_backend=args.render_backend,
-        feature_device=args.feature_device,
-        reconfiguration_freq=args.reconfiguration_freq,
-    )
+    config = args.env
     image_size = config.vla_config()["image_size"]
     figures: dict = {"num_envs": args.num_envs, "image_size": image_size}
     if args.loop:

@@ -1,7 +1,7 @@
 """Seconds a Stage 2 train step holds the training loop: its launch, and its end on the device.
 
 The loop calls `Stage2Learner.start_train_step` and reads the scalars later
-(`rpent_agents.stage2.train.Stage2Run.collect_and_learn`): on a GPU the launch (the CPU
+(`rpent_agents.stage2.trainer.Stage2Run.collect_and_learn`): on a GPU the launch (the CPU
 queueing the captured updates) is what the loop waits for; the updates' device time overlaps
 its wait for the workers. Measured for the sample-efficient preset's learner at the peg
 task's sizes (RL token 256, chunks of 10 x 8), with its 10-head critic ensemble and with the
@@ -13,7 +13,6 @@ Needs torch and numpy only (argparse, so nothing else travels to a GPU machine):
 """
 
 import argparse
-import dataclasses
 import json
 import statistics
 import time
@@ -22,8 +21,7 @@ import numpy as np
 import torch
 from learner_speed import random_transition
 
-from rpent_agents.stage2 import RLTDims, Stage2Learner
-from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2
+from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner
 
 CRITICS = {
     "ensemble": {"num_q_heads": 10, "target_q_heads": 2, "actor_q": "mean"},
@@ -43,8 +41,8 @@ def parse_args() -> argparse.Namespace:
 def train_step_ms(args: argparse.Namespace, critic: dict) -> dict[str, float]:
     """Median launch and launch-to-read milliseconds of a train step with `critic`'s heads."""
     dims = RLTDims(z_dim=256, proprio_dim=9, ref_chunk_len=10, action_dim=8)
-    config = dataclasses.replace(
-        SAMPLE_EFFICIENT_STAGE2, **critic, device=args.device, update_schedule=False,
+    config = Stage2Config.sample_efficient(
+        **critic, device=args.device, update_schedule=False,
         update_epoch=args.updates, learning_starts=0, weight_warmup_updates=0,
     )  # fmt: skip
     learner = Stage2Learner(config, dims)

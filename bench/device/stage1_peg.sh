@@ -27,7 +27,7 @@ python3 -m rpent_agents.stage1.train train --data "$demos/frames.npz" --output-d
   --max-minutes "$train_minutes" --val-episodes "${VAL_EPISODES:-40}" --log-every 250 \
   --save-every 5000 2>&1 | progress_free >> "$out/stage1.log"
 rm -rf "$demos"
-python3 -m rpent_agents.stage2.diagnostics --env.checkpoint /tmp/ckpt --env.render-backend "$RENDER" \
+python3 -m rpent_agents.stage2.eval_rlt --env.checkpoint /tmp/ckpt --env.render-backend "$RENDER" \
   --env.feature-device "$DEVICE" --num-envs "$workers" --num-episodes "$eval_seeds" \
   --output-dir "$out/eval_base" 2>&1 | progress_free >> "$out/stage1.log"
 cp /tmp/ckpt/config.json /tmp/ckpt/norm_stats.json "$out/"

@@ -4,6 +4,7 @@
 from it (`RPent/PegInsertion-RLT-v0`, `RPent/FrankaPegInsertion-RLT-v0`); `vector` runs many
 peg stacks in worker processes and featurizes their observations in one batch per step
 (`make_rlt_vector_env`, what `rpent-stage2` trains on); `ray_vector_env` is the same worker
-pool as Ray actors across machines and `ray_rollout` its `--rollout ray` flags and builder.
+pool as Ray actors across machines, `ray_config` its `--rollout ray` flags and `ray_rollout`
+its builder.
 Nothing here imports `rpent_agents.stage2`: the learner drives these envs, not the reverse.
 """

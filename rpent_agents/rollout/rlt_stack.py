@@ -110,6 +110,17 @@ class PegRLTConfig:
         if self.chunk_len < 1:
             raise ValueError(f"PegRLTConfig.chunk_len must be >= 1, got {self.chunk_len}")
 
+    @classmethod
+    def sample_efficient(cls, **overrides: Any) -> PegRLTConfig:
+        """`rpent-stage2 sample-efficient`'s stack, with `overrides` applied.
+
+        Scenes kept for 8 resets (cheaper resets), the expert taking over stalls, and a second
+        gated phase after 4 chunks without the peg held, where many of the base's failures lie
+        (docs/agents/training.md#presets-and-options).
+        """
+        preset = {"reconfiguration_freq": 8, "expert_takeover": True, "missed_grasp_chunks": 4}
+        return cls(**(preset | overrides))
+
     @property
     def checkpoint_dir(self) -> Path:
         """The checkpoint folder in use (the embedded default when none is given)."""

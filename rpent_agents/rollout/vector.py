@@ -9,22 +9,24 @@ raw observation at each chunk boundary; `FeaturizedVectorEnv` in the learner's p
 all of them into RLT observations with one feature-model call (on the GPU when there is one)
 and sends each worker its reference chunk with the actor's chunk. Seen from the trainer, the
 vector env steps RLT observations and flat actor chunks, as the composite env
-`RPent/PegInsertion-RLT-v0` does one env at a time. The learner sets each worker's
-`actor_ready` with `envs.set_attr`.
+`RPent/PegInsertion-RLT-v0` does one env at a time. The learner sets the workers' mode
+(`WorkerMode`: training or evaluation, whether the actor drives) with `envs.set_worker_mode`.
 
 Workers are reset explicitly (Gymnasium's `AutoresetMode.DISABLED`), so the trainer gives every
 episode its seed: training episodes count up from a seed of their own, evaluation episodes use
 fixed held-out seeds.
 
 Example:
-    >>> envs = make_rlt_vector_env(PegRLTConfig(render_backend="cpu"), num_envs=2)
+    >>> config = PegRLTConfig(render_backend="cpu")
+    >>> envs = make_rlt_vector_env(config, num_envs=2)
     >>> obs, infos = envs.reset(seed=[100_000, 100_001])
-    >>> envs.set_attr("actor_ready", False)  # the reference drives the critical phase too
+    >>> envs.set_worker_mode(WorkerMode.training(actor_ready=False, config=config))
     >>> obs, rewards, terminated, truncated, infos = envs.step(np.zeros((2, 80), np.float32))
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -43,6 +45,7 @@ from rpent_agents.rollout.worker import (
     INSTRUCTION_KEY,
     NO_RESET_SEED,
     RLTWorkerFactory,
+    WorkerMode,
 )
 from wrappers.rlt import RLTFeatureSource, rlt_observation_space, rlt_observations
 
@@ -58,7 +61,7 @@ class FeaturizedVectorEnv(VectorWrapper):
     the returned observation is then the new episode's first, and `infos["final_obs"]` (with
     its mask `infos["_final_obs"]`) holds the featurized last observation of the episode that
     ended. `step_async`/`step_wait` let the caller work (learner updates) while the workers
-    simulate; `set_attr`, `get_attr` and `call` reach the workers.
+    simulate; `set_worker_mode`, `set_attr`, `get_attr` and `call` reach the workers.
 
     Asynchronous stepping (worker processes only, `can_step_ready_envs`;
     `rpent_agents.rollout.ready_steps`):
@@ -227,6 +230,11 @@ class FeaturizedVectorEnv(VectorWrapper):
             yield
         finally:
             self.pads_batches = False
+
+    def set_worker_mode(self, mode: WorkerMode) -> None:
+        """Set every worker's mode: one `set_attr` per `WorkerMode` field (training, evaluation)."""
+        for field in dataclasses.fields(mode):
+            self.env.set_attr(field.name, getattr(mode, field.name))
 
     def set_attr(self, name: str, values: Any) -> None:
         """Set an attribute of every worker env (see `VectorEnv.set_attr`)."""

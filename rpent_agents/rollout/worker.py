@@ -62,6 +62,36 @@ WORKER_RESET_S_KEY = "worker_reset_s"
 """float: seconds the worker spent starting the next episode inside the step (0: none)."""
 
 
+@dataclass(frozen=True)
+class WorkerMode:
+    """What the workers do, set on all of them at once (`FeaturizedVectorEnv.set_worker_mode`).
+
+    Each field is the `RLTWorker` attribute of the same name (`actor_ready`: its
+    `PolicySwitch`'s); `training` and `evaluation` give the two modes a Stage 2 run uses.
+
+    Attributes:
+        actor_ready: The actor drives the critical phase (False: the reference does).
+        expert_takeover_enabled: The expert takes over stalls, from the next reset.
+        end_lost_grasps: A peg the actor drops ends the episode, from the next reset.
+        rebuild_scenes: The workers' own resets rebuild the scene from their seed.
+    """
+
+    actor_ready: bool
+    expert_takeover_enabled: bool
+    end_lost_grasps: bool
+    rebuild_scenes: bool
+
+    @classmethod
+    def training(cls, actor_ready: bool, config: PegRLTConfig) -> WorkerMode:
+        """Training: the stack's expert takeover and lost-grasp ends; scenes kept."""
+        return cls(actor_ready, config.expert_takeover, config.end_on_lost_grasp, False)
+
+    @classmethod
+    def evaluation(cls, actor_ready: bool) -> WorkerMode:
+        """Evaluation: no expert, no lost-grasp ends, every scene rebuilt from its seed."""
+        return cls(actor_ready, False, False, True)
+
+
 class SuppliedReference:
     """The reference chunk of the current observation, handed in from outside the worker.
 
@@ -99,6 +129,7 @@ class RLTWorker(gym.Wrapper):
     many rows are real (`rpent_agents.stage2.chunk_info.ChunkInfo` reads only those).
     `step_infos` is dropped.
 
+    The worker's mode (`WorkerMode`, set on every worker at once):
     `expert_takeover_enabled` switches the stalled-progress expert on or off from the next
     reset (evaluation turns it off); `actor_ready` reaches the `PolicySwitch` below;
     `rebuild_scenes` makes the worker's own resets rebuild the scene from their seed

@@ -36,7 +36,7 @@ class ExportCacheArgs:
 
 
 @dataclass
-class TrainArgs:
+class Stage1TrainArgs:
     """Train the built-in VLA + RL token (Stage 1) and write a checkpoint folder."""
 
     data: Path

@@ -16,7 +16,7 @@ from rpent_agents.common.atomic_save import complete_interrupted_save
 from rpent_agents.features.builtin import BuiltinVLA
 from rpent_agents.features.checkpoint import load_checkpoint
 from rpent_agents.features.rl_token import RLToken
-from rpent_agents.stage1.config import TrainArgs
+from rpent_agents.stage1.config import Stage1TrainArgs
 
 TRAINING_STATE_FILE = "training_state.pt"
 
@@ -41,7 +41,7 @@ def write_training_state(
     torch.save(state, folder / TRAINING_STATE_FILE)
 
 
-def checkpoint_metadata(args: TrainArgs, step: int, val_chunk_mse: float | None) -> dict:
+def checkpoint_metadata(args: Stage1TrainArgs, step: int, val_chunk_mse: float | None) -> dict:
     """What `config.json` says about the run that wrote the weights."""
     return {
         "step": step,
@@ -52,7 +52,7 @@ def checkpoint_metadata(args: TrainArgs, step: int, val_chunk_mse: float | None)
     }
 
 
-def is_resuming(args: TrainArgs) -> bool:
+def is_resuming(args: Stage1TrainArgs) -> bool:
     """True for --resume on a folder with a training state; refuses any other existing folder.
 
     A save that a kill interrupted after its commit is finished first, so the run resumes
@@ -74,7 +74,7 @@ def is_resuming(args: TrainArgs) -> bool:
     return True
 
 
-def resumed_models(args: TrainArgs) -> tuple[BuiltinVLA, RLToken, dict]:
+def resumed_models(args: Stage1TrainArgs) -> tuple[BuiltinVLA, RLToken, dict]:
     """The models of the folder being resumed, with their full-precision weights."""
     vla, rl_token, _ = load_checkpoint(args.output_dir)
     state = torch.load(args.output_dir / TRAINING_STATE_FILE, weights_only=True)

@@ -32,7 +32,7 @@ from typing import Annotated
 import tyro
 
 from rpent_agents.common.cli import command
-from rpent_agents.stage1.config import ExportCacheArgs, TrainArgs
+from rpent_agents.stage1.config import ExportCacheArgs, Stage1TrainArgs
 from rpent_agents.stage1.frame_cache import cache_from_lerobot
 from rpent_agents.stage1.trainer import train
 
@@ -83,7 +83,7 @@ def export_cache(args: ExportCacheArgs) -> Path:
 
 Command = (
     Annotated[ExportCacheArgs, tyro.conf.subcommand("export-cache")]
-    | Annotated[TrainArgs, tyro.conf.subcommand("train")]
+    | Annotated[Stage1TrainArgs, tyro.conf.subcommand("train")]
 )
 
 

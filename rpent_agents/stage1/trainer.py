@@ -24,7 +24,7 @@ from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import WEIGHTS_FILE, write_checkpoint_files
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
-from rpent_agents.stage1.config import TrainArgs
+from rpent_agents.stage1.config import Stage1TrainArgs
 from rpent_agents.stage1.fine_tune import check_data_fits, models_from_checkpoint
 from rpent_agents.stage1.frame_cache import FrameCache, load_frames
 from rpent_agents.stage1.losses import stage1_losses, validation_chunk_mse
@@ -39,7 +39,7 @@ from rpent_agents.stage1.sampler import DemoSampler, split_frames
 logger = logging.getLogger(__name__)
 
 
-def build_models(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToken]:
+def build_models(args: Stage1TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToken]:
     """Fresh VLA (norm stats from the cache, dims from its arrays) and RL token."""
     vla_config = BuiltinVLAConfig(
         **{
@@ -53,7 +53,7 @@ def build_models(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToke
     return vla, rl_token
 
 
-def initial_models(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToken]:
+def initial_models(args: Stage1TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLToken]:
     """The models a new run starts from: fresh, or the --init-from checkpoint's."""
     if args.init_from is None:
         if args.recompute_norm_stats:
@@ -62,7 +62,7 @@ def initial_models(args: TrainArgs, cache: FrameCache) -> tuple[BuiltinVLA, RLTo
     return models_from_checkpoint(args.init_from, cache, args.recompute_norm_stats)
 
 
-def learning_rate_factor(args: TrainArgs, step: int, time_fraction: float) -> float:
+def learning_rate_factor(args: Stage1TrainArgs, step: int, time_fraction: float) -> float:
     """Multiplier of the peak learning rate at `step` (warm-up, then the schedule).
 
     Args:
@@ -102,7 +102,7 @@ class SummaryLog:
 class Stage1Trainer:
     """Models, optimizer and data of one Stage 1 run; `run()` trains."""
 
-    def __init__(self, args: TrainArgs) -> None:
+    def __init__(self, args: Stage1TrainArgs) -> None:
         """Load the data and build (or resume) the models and the optimizer."""
         self.args = args
         self.device = resolve_device(args.device)
@@ -218,7 +218,7 @@ class Stage1Trainer:
             )
 
 
-def train(args: TrainArgs) -> Path:
+def train(args: Stage1TrainArgs) -> Path:
     """Run Stage 1 and return the checkpoint folder.
 
     Raises:

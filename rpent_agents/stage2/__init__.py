@@ -4,10 +4,10 @@ The learner (`networks`, `losses`, `replay`, `schedules`, `algorithm`, `learner`
 `checkpoint`) and what turns env steps into its data (`chunk_info`, `transitions`,
 `rollout_stats`, `scalar_log`) need only torch and numpy (TensorBoard logging also needs
 tensorboard), so a learner can run on a machine without the simulators; the names below are
-theirs. The training run on the peg envs of `rpent_agents.rollout` is `train`
-(`rpent-stage2`), its success rate on held-out seeds `evaluation`, its `results.json`
-`results`, and `diagnostics` is `rpent-eval-rlt` (where episodes fail); these import the
-simulators and load on their own.
+theirs. The training run on the peg envs of `rpent_agents.rollout` is `trainer` (its
+arguments and presets `train_args`, its command `train`: `rpent-stage2`), its success rate on
+held-out seeds `evaluation`, its `results.json` `results`, and `eval_rlt` is `rpent-eval-rlt`
+(where episodes fail); these import the simulators and load on their own.
 
 Example:
     >>> from rpent_agents.stage2 import RLTDims, Stage2Config, Stage2Learner

@@ -1,8 +1,10 @@
 """Every Stage 2 hyperparameter in one dataclass, with the reference's simulation defaults.
 
 `Stage2Config()` is the ManiSkill (simulation) setting of the reference RLT implementation;
-`Stage2Config.real_robot()` is its Franka setting. The dataclass is flat and has a docstring per
-field so that `tyro.cli(Stage2Config)` turns it into a command line.
+`Stage2Config.real_robot()` is its Franka setting and `Stage2Config.sample_efficient()` the
+learner of `rpent-stage2 sample-efficient` (the peg task in 300k env steps). The dataclass is
+flat and has a docstring per field so that `tyro.cli(Stage2Config)` turns it into a command
+line.
 
 Example:
     >>> config = Stage2Config.real_robot()
@@ -208,6 +210,34 @@ class Stage2Config:
     def sim(cls, **overrides: Any) -> Stage2Config:
         """The reference's ManiSkill setting (the defaults), with `overrides` applied."""
         return cls(**overrides)
+
+    @classmethod
+    def sample_efficient(cls, **overrides: Any) -> Stage2Config:
+        """`rpent-stage2 sample-efficient`'s learner, with `overrides` applied.
+
+        The reference's schedule assumes ~1M env steps; the peg task yields a few thousand
+        critical-phase transitions per 100k, so this one is scaled to 300k and its actor
+        pulled further from the reference (docs/agents/training.md#presets-and-options).
+        """
+        preset = {
+            "num_q_heads": 10,
+            "target_q_heads": 2,
+            "actor_q": "mean",
+            "gamma": 0.97,
+            "learning_starts": 1000,
+            "warmup_updates": 3000,
+            "weight_warmup_updates": 2000,
+            "weight_ramp_updates": 5000,
+            "update_epoch": 20,
+            "normalize_q": True,
+            "actor_noise_std": 0.05,
+            "reference_on_interventions": "observed",
+            "intervention_batch_share": 0.5,
+            "eval_q_filter": True,
+            "update_stream": True,
+            "act_during_updates": True,
+        }
+        return cls(**(preset | overrides))
 
     @classmethod
     def real_robot(cls, **overrides: Any) -> Stage2Config:

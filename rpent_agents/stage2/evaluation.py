@@ -14,7 +14,7 @@ workers keep their scenes across training resets: the per-seed outcomes do not d
 the workers were stepped. The expert takeover is off; `actor_ready=False` measures the base
 policy (reference chunks only), `actor_ready=True` the actor's chunks where the gate hands it
 control (the VLA reference elsewhere). An optional observer sees every chunk of every
-evaluated episode, in order (`rpent_agents.stage2.diagnostics` builds its traces so).
+evaluated episode, in order (`rpent_agents.stage2.eval_rlt` builds its traces so).
 
 Example:
     >>> result = evaluate_on_seeds(envs, range(100), act=lambda obs: learner.act(obs, True),
@@ -34,13 +34,14 @@ import numpy as np
 from tqdm import tqdm
 
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, discarded_envs, reset_envs
-from rpent_agents.rollout.worker import MAX_SEED, NO_RESET_SEED
+from rpent_agents.rollout.worker import MAX_SEED, NO_RESET_SEED, WorkerMode
+from rpent_agents.stage2.results import EvalPoint
 from rpent_agents.stage2.rollout_stats import EpisodeStats
 from rpent_agents.stage2.transitions import info_of_env
 
 THROWAWAY_SEED = MAX_SEED
 """Seed of the episodes an env runs, unscored, once no held-out seed is left for it."""
-ChunkPolicy = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+ChunkActFn = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 """Batched RLT observations -> flat action chunks (N, H*A)."""
 ChunkObserver = Callable[[int, Mapping[str, Any], bool], None]
 """Called as (seed, chunk info, episode done) for every chunk of an evaluated episode."""
@@ -94,11 +95,23 @@ class EvalResult:
         steps = [count for count in steps if count > 0]
         return float(np.median(steps)) if steps else None
 
+    def point(self, env_steps: int, updates: int, wall_time_s: float) -> EvalPoint:
+        """This evaluation as a point of a run's curve, after the given training counts."""
+        return EvalPoint(
+            env_steps=env_steps,
+            success_rate=self.success_rate,
+            updates=updates,
+            wall_time_s=wall_time_s,
+            successful_seeds=self.successful_seeds,
+            median_success_len=self.median_success_len,
+            critical_phase_median_steps=self.critical_phase_median_steps,
+        )
+
 
 def evaluate_on_seeds(
     envs: FeaturizedVectorEnv,
     seeds: Iterable[int],
-    act: ChunkPolicy,
+    act: ChunkActFn,
     actor_ready: bool,
     progress_label: str = "eval",
     observer: ChunkObserver | None = None,
@@ -134,10 +147,7 @@ def evaluate_on_seeds(
         raise ValueError(f"seeds must be distinct and not empty, got {list(pending)}")
     if ready_envs < 0:
         raise ValueError(f"ready_envs must be >= 0 (0: synchronous), got {ready_envs}")
-    envs.set_attr("actor_ready", actor_ready)
-    envs.set_attr("expert_takeover_enabled", False)
-    envs.set_attr("end_lost_grasps", False)
-    envs.set_attr("rebuild_scenes", True)
+    envs.set_worker_mode(WorkerMode.evaluation(actor_ready))
     with tqdm(total=len(pending), desc=progress_label, leave=False) as progress:
         episodes = SeedEpisodes(envs.num_envs, observer, progress)
         if ready_envs and envs.can_step_ready_envs:
@@ -187,7 +197,7 @@ class SeedEpisodes:
 
 
 def _run_in_lockstep(
-    envs: FeaturizedVectorEnv, pending: deque[int], act: ChunkPolicy, episodes: SeedEpisodes
+    envs: FeaturizedVectorEnv, pending: deque[int], act: ChunkActFn, episodes: SeedEpisodes
 ) -> None:
     """Step every env each time until every pending seed's episode finished.
 
@@ -217,7 +227,7 @@ def _run_in_lockstep(
 def _run_as_workers_answer(
     envs: FeaturizedVectorEnv,
     pending: deque[int],
-    act: ChunkPolicy,
+    act: ChunkActFn,
     episodes: SeedEpisodes,
     ready_envs: int,
 ) -> None:

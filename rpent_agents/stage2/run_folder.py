@@ -1,8 +1,8 @@
 """A Stage 2 run's folder across commands: fresh or resumed, its counters and its clock.
 
-`rpent-stage2 --output-dir D` keeps the learner's checkpoint in D/run/ (`save_run`) with the
-results saved beside it as one set, and a copy of the results in D/results.json. A fresh run
-refuses a folder that holds one; `--resume` continues it with its saved Stage 2 config, its
+`rpent-stage2 --output-dir D` keeps the learner's checkpoint in D/run/ with the results saved
+beside it as one set, and a copy of the results in D/results.json (`save_to_folder`). A fresh
+run refuses a folder that holds one; `--resume` continues it with its saved Stage 2 config, its
 counters (`RunState`, the checkpoint's `extra`) and its results, and `WallClock` adds this
 command's time to the run's earlier parts.
 """
@@ -14,17 +14,15 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rpent_agents.common.atomic_save import complete_interrupted_save
-from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run
+from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import RLTDims
 from rpent_agents.stage2.results import LearningResults
-
-if TYPE_CHECKING:
-    from rpent_agents.stage2.train import TrainArgs
+from rpent_agents.stage2.train_args import Stage2TrainArgs
 
 logger = logging.getLogger(__name__)
 RESULTS_FILE = "results.json"
@@ -75,7 +73,7 @@ class WallClock:
         return self.max_s <= 0 or self.elapsed_s + seconds <= self.max_s
 
 
-def stage2_config_of_run(args: TrainArgs) -> Stage2Config:
+def stage2_config_of_run(args: Stage2TrainArgs) -> Stage2Config:
     """Check args.output_dir; the saved Stage 2 config when resuming, else the command line's.
 
     Raises:
@@ -105,7 +103,7 @@ def saved_results_path(output_dir: Path) -> Path:
 
 
 def start_or_resume(
-    args: TrainArgs, config: Stage2Config, dims: RLTDims
+    args: Stage2TrainArgs, config: Stage2Config, dims: RLTDims
 ) -> tuple[Stage2Learner, RunState, LearningResults]:
     """A fresh learner and results, or the ones saved in args.output_dir."""
     eval_seeds = list(range(args.eval_seed, args.eval_seed + args.num_eval_episodes))
@@ -120,3 +118,30 @@ def start_or_resume(
             f"run was evaluated on {results.eval_seeds[0]}..{results.eval_seeds[-1]}: pass those"
         )
     return learner, RunState(**extra), results
+
+
+def save_to_folder(
+    output_dir: Path,
+    learner: Stage2Learner,
+    state: RunState,
+    results: LearningResults,
+    gate: dict[str, Any],
+) -> None:
+    """Save the learner, its counters and the results in output_dir/run as one set.
+
+    Then the results' copy next to run/ and the success-curve plot. `state` and `results`
+    take the learner's counts first; `gate` is stored with the actor (`save_run`).
+    """
+    state.last_save_env_steps = state.env_steps
+    results.env_steps = state.env_steps
+    results.set_wall_time(state.wall_time_s)
+    results.transitions, results.updates = learner.replay.total_added, learner.update_step
+    save_run(
+        learner,
+        output_dir / "run",
+        extra=dataclasses.asdict(state),
+        write_more=lambda staging: results.save(staging / RESULTS_FILE),
+        gate=gate,
+    )
+    results.save(output_dir / RESULTS_FILE)
+    results.plot(output_dir / "success_curve.png")

@@ -8,7 +8,8 @@ expert drove the chunk), and `invalid_state` when the chunk ended on a non-finit
 Observations are Dicts of `z_rl`, `proprio` and `ref_chunk`. The transition pads the chunk to
 H steps: the last executed action, zero rewards.
 
-With a vector env, `vector_step_items` splits the batched observations and infos per env.
+With a vector env, `vector_step_items` splits the batched observations and infos per env, and
+`final_observations` gives the observation each env's chunk ended on.
 """
 
 from __future__ import annotations
@@ -140,3 +141,24 @@ def vector_step_items(
             bool(terminated[env_index]),
             bool(truncated[env_index]),
         )
+
+
+def final_observations(
+    next_obs: dict[str, np.ndarray], infos: Mapping[str, Any], done: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The observations after each env's chunk: the episode's last one where it ended.
+
+    A worker whose chunk ends its episode starts the next one at once, so `next_obs` holds the
+    new episode's first observation there and `infos["final_obs"]` the ended one's last.
+    """
+    if not done.any():
+        return next_obs
+    final = infos["final_obs"]
+    return {
+        key: np.where(_broadcast(done, values), final[key], values)
+        for key, values in next_obs.items()
+    }
+
+
+def _broadcast(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return mask.reshape(mask.shape + (1,) * (values.ndim - 1))

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rpent_agents.stage1.config import TrainArgs
+from rpent_agents.stage1.config import Stage1TrainArgs
 from rpent_agents.stage1.frame_cache import FrameCache
 from rpent_agents.stage1.trainer import Stage1Trainer
 from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner, save_run
@@ -78,9 +78,9 @@ def tiny_cache(path: Path, episodes: int = 3, steps: int = 8) -> Path:
     return path
 
 
-def stage1_args(cache: Path, output_dir: Path, steps: int, val_episodes: int) -> TrainArgs:
+def stage1_args(cache: Path, output_dir: Path, steps: int, val_episodes: int) -> Stage1TrainArgs:
     """Tiny Stage 1 run saving after every step (validation every step when it has some)."""
-    args = TrainArgs(
+    args = Stage1TrainArgs(
         data=cache, output_dir=output_dir, steps=steps, batch_size=4, log_every=1, save_every=1,
         val_episodes=val_episodes, device="cpu", warmup_steps=1, resume=True,
     )  # fmt: skip
@@ -93,7 +93,7 @@ def stage1_args(cache: Path, output_dir: Path, steps: int, val_episodes: int) ->
 class ReportingTrainer(Stage1Trainer):
     """A Stage 1 trainer that reports the step of every finished save."""
 
-    def __init__(self, args: TrainArgs, reports) -> None:
+    def __init__(self, args: Stage1TrainArgs, reports) -> None:
         super().__init__(args)
         self.reports = reports
 

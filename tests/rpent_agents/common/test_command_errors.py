@@ -84,7 +84,7 @@ BAD_INPUTS = {
         "--train-seed",
     ),
     "rpent-eval-rlt": (
-        "rpent_agents.stage2.diagnostics",
+        "rpent_agents.stage2.eval_rlt",
         ["--num-envs", "0", "--output-dir", "{tmp}/out"],
         "num_envs",
     ),

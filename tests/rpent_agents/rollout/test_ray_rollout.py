@@ -23,7 +23,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode  # noqa: E402
 
 from rpent_agents.features.checkpoint import load_featurizer  # noqa: E402
 from rpent_agents.rollout import ray_vector_env  # noqa: E402
-from rpent_agents.rollout.ray_rollout import RayRolloutConfig  # noqa: E402
+from rpent_agents.rollout.ray_config import RayRolloutConfig  # noqa: E402
 from rpent_agents.rollout.ray_vector_env import RayVectorEnv  # noqa: E402
 from rpent_agents.rollout.rlt_stack import PegRLTConfig  # noqa: E402
 from rpent_agents.rollout.vector import FeaturizedVectorEnv  # noqa: E402
@@ -31,7 +31,8 @@ from rpent_agents.rollout.worker import NO_RESET_SEED, RLTWorkerFactory  # noqa:
 from rpent_agents.stage2 import RLTDims, ScalarLog, Stage2Config, Stage2Learner  # noqa: E402
 from rpent_agents.stage2.results import LearningResults  # noqa: E402
 from rpent_agents.stage2.run_folder import RunState  # noqa: E402
-from rpent_agents.stage2.train import Stage2Run, TrainArgs  # noqa: E402
+from rpent_agents.stage2.train_args import Stage2TrainArgs  # noqa: E402
+from rpent_agents.stage2.trainer import Stage2Run  # noqa: E402
 
 # Every chunk is the agent's and is stored; episodes end after 2 chunks.
 CONFIG = PegRLTConfig(
@@ -161,7 +162,7 @@ def test_killed_workers_come_back_with_their_attributes_and_restarted_episodes(w
 
 def test_training_goes_on_past_a_killed_worker_with_consistent_counters(workers, tmp_path):
     envs = FeaturizedVectorEnv(workers, load_featurizer(CONFIG.checkpoint_dir, "cpu"))
-    args = TrainArgs(
+    args = Stage2TrainArgs(
         rollout="ray", ray=RayRolloutConfig(num_workers=2), env=CONFIG, stage2=TINY_STAGE2,
         output_dir=tmp_path, log_every_iterations=1000,
     )  # fmt: skip

@@ -4,14 +4,16 @@ The batched env must see what the composite env `RPent/PegInsertion-RLT-v0` sees
 time: the same observations for the same seeds and the same chunks.
 """
 
+from types import SimpleNamespace
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import rpent_envs
 from rpent_agents.rollout.rlt_stack import PegRLTConfig, make_peg_rlt
-from rpent_agents.rollout.vector import make_rlt_vector_env
-from rpent_agents.rollout.worker import RLTWorker, SuppliedReference
+from rpent_agents.rollout.vector import FeaturizedVectorEnv, make_rlt_vector_env
+from rpent_agents.rollout.worker import RLTWorker, SuppliedReference, WorkerMode
 from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_envs.maniskill.expert import PegInsertionExpert
 from wrappers.policy_switch import PolicySwitch
@@ -201,3 +203,25 @@ def test_stepping_the_ready_workers_gives_what_a_synchronous_step_gives():
         assert envs.last_ready.all() and not envs.busy.any()
     finally:
         envs.close()
+
+
+def test_a_worker_mode_sets_the_worker_attributes_of_its_fields(state_worker):
+    worker, switch = state_worker
+    config = PegRLTConfig(expert_takeover=True, end_on_lost_grasp=True)
+    assert WorkerMode.training(True, config) == WorkerMode(True, True, True, False)
+    assert WorkerMode.evaluation(False) == WorkerMode(False, False, False, True)
+    names = []
+
+    class Workers:  # what the vector env does with each attribute: set it on every worker
+        def set_attr(self, name, value):
+            names.append(name)
+            worker.set_wrapper_attr(name, value)
+
+    for mode in (WorkerMode.training(True, config), WorkerMode.evaluation(False)):
+        FeaturizedVectorEnv.set_worker_mode(SimpleNamespace(env=Workers()), mode)
+        assert switch.actor_ready == mode.actor_ready
+        assert worker.expert_takeover_enabled == mode.expert_takeover_enabled
+        assert worker.end_lost_grasps == mode.end_lost_grasps
+        assert worker.rebuild_scenes == mode.rebuild_scenes
+    attributes = ["actor_ready", "expert_takeover_enabled", "end_lost_grasps", "rebuild_scenes"]
+    assert names == 2 * attributes

@@ -14,7 +14,7 @@ from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import load_checkpoint, save_checkpoint
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
-from rpent_agents.stage1.config import TrainArgs
+from rpent_agents.stage1.config import Stage1TrainArgs
 from rpent_agents.stage1.fine_tune import check_data_fits
 from rpent_agents.stage1.frame_cache import FrameCache, cache_from_lerobot, data_layout
 from rpent_agents.stage1.losses import stage1_losses
@@ -64,7 +64,7 @@ def cache_path(tmp_path_factory):
 
 
 def fine_tune_args(data, output_dir, checkpoint, **overrides):
-    return TrainArgs(
+    return Stage1TrainArgs(
         data=data, output_dir=output_dir, init_from=checkpoint, batch_size=4, val_episodes=1,
         device="cpu", **overrides,
     )  # fmt: skip
@@ -153,7 +153,7 @@ def test_a_dataset_without_the_checkpoints_cameras_is_refused(
 
 
 def test_recompute_norm_stats_without_init_from_is_refused(cache_path, tmp_path):
-    args = TrainArgs(data=cache_path, output_dir=tmp_path / "x", recompute_norm_stats=True)
+    args = Stage1TrainArgs(data=cache_path, output_dir=tmp_path / "x", recompute_norm_stats=True)
     with pytest.raises(ValueError, match="--recompute-norm-stats needs --init-from"):
         Stage1Trainer(args)
 

@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from recorders.lerobot_io import rpent_key
 from rpent_agents.features.checkpoint import load_checkpoint, load_featurizer
 from rpent_agents.stage1.collect import CollectArgs, collect_peg_demos
-from rpent_agents.stage1.config import TrainArgs
+from rpent_agents.stage1.config import Stage1TrainArgs
 from rpent_agents.stage1.frame_cache import FrameCache, cache_from_lerobot
 from rpent_agents.stage1.losses import stage1_losses
 from rpent_agents.stage1.sampler import random_shift
@@ -166,7 +166,9 @@ def test_a_non_finite_frame_in_a_lerobot_dataset_is_refused_by_name(dataset_dir,
 
 @pytest.mark.sim
 def test_training_reads_a_lerobot_folder_directly(dataset_dir, tmp_path):
-    args = TrainArgs(data=dataset_dir, output_dir=tmp_path / "from_dataset", steps=1, batch_size=2)
+    args = Stage1TrainArgs(
+        data=dataset_dir, output_dir=tmp_path / "from_dataset", steps=1, batch_size=2
+    )
     args.vla.dim, args.vla.image_size, args.vla.patch_size, args.vla.num_layers = 32, 32, 16, 1
     args.rl_token.prefix_seq_len, args.device, args.val_episodes = 64, "cpu", 1
     assert (train(args) / "model.safetensors").is_file()
@@ -175,7 +177,7 @@ def test_training_reads_a_lerobot_folder_directly(dataset_dir, tmp_path):
 @pytest.mark.sim
 @pytest.mark.subprocess
 def test_rlt_loss_trains_only_the_rl_token(cache_path, tmp_path):
-    args = TrainArgs(data=cache_path, output_dir=tmp_path / "unused")
+    args = Stage1TrainArgs(data=cache_path, output_dir=tmp_path / "unused")
     args.vla.dim, args.vla.image_size, args.vla.patch_size, args.vla.num_layers = 32, 32, 16, 1
     cache = FrameCache.load(cache_path)
     vla, rl_token = build_models(args, cache)
@@ -233,7 +235,7 @@ def test_a_subsampled_conv_cache_trains_and_keeps_the_best_validation(tmp_path):
         image_step=image_step,
     )
     cache.save(tmp_path / "cache.npz")
-    args = TrainArgs(
+    args = Stage1TrainArgs(
         data=tmp_path / "cache.npz", output_dir=tmp_path / "ckpt", steps=6, batch_size=4,
         log_every=2, save_every=2, val_episodes=1, device="cpu",
     )  # fmt: skip

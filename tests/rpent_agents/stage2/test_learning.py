@@ -10,8 +10,7 @@ import chunked_reach as task
 import pytest
 import torch
 
-from rpent_agents.stage2 import Stage2Learner, losses
-from rpent_agents.stage2.train import SAMPLE_EFFICIENT_STAGE2
+from rpent_agents.stage2 import Stage2Config, Stage2Learner, losses
 
 pytestmark = pytest.mark.slow
 
@@ -19,6 +18,7 @@ TRAIN_EPISODES = 500
 EVAL_EPISODES = 200
 LEARNED = 0.6
 """Success the trained actor must reach (the reference reaches ~0.3)."""
+SAMPLE_EFFICIENT_STAGE2 = Stage2Config.sample_efficient()
 
 
 def learner(**overrides):

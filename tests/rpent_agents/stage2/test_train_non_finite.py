@@ -21,7 +21,8 @@ from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import FeaturizedVectorEnv
 from rpent_agents.rollout.worker import RLTWorkerFactory
 from rpent_agents.stage2 import Stage2Config
-from rpent_agents.stage2 import train as stage2_train
+from rpent_agents.stage2 import trainer as stage2_trainer
+from rpent_agents.stage2.train_args import Stage2TrainArgs
 
 pytestmark = [pytest.mark.sim, pytest.mark.subprocess]
 
@@ -49,19 +50,19 @@ def scalars(tensorboard_dir):
 def test_training_finishes_with_finite_weights_when_a_worker_returns_nan_states(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(stage2_train, "make_training_envs", one_worker_returns_nan_states)
+    monkeypatch.setattr(stage2_trainer, "make_training_envs", one_worker_returns_nan_states)
     env = PegRLTConfig(render_backend="cpu", trigger_mode="always_on", max_episode_chunks=2)
     stage2 = Stage2Config(
         hidden_dim=32, batch_size=8, learning_starts=2, warmup_updates=2,
         weight_warmup_updates=1, weight_ramp_updates=2, device="cpu",
         replay_capacity=1000, sample_window=1000,
     )  # fmt: skip
-    args = stage2_train.TrainArgs(
+    args = Stage2TrainArgs(
         output_dir=tmp_path / "run", total_env_steps=160, num_envs=2, env=env,
         num_eval_episodes=2, eval_every_env_steps=100, save_every_env_steps=60,
         log_every_iterations=1, stage2=stage2,
     )  # fmt: skip
-    results = stage2_train.train(args)
+    results = stage2_trainer.train(args)
 
     assert results.stop_reason == "total_env_steps" and results.env_steps >= 160
     saved = json.loads((args.output_dir / "results.json").read_text())

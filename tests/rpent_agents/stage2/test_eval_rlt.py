@@ -8,7 +8,7 @@ import pytest
 
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.stage2 import DEFAULT_ACTOR_DIR
-from rpent_agents.stage2.diagnostics import (
+from rpent_agents.stage2.eval_rlt import (
     ChunkEnd,
     EpisodeTrace,
     EvalRLTArgs,
@@ -57,7 +57,7 @@ def test_stall_summary_says_which_takeover_condition_fails():
 
 def run_cli(tmp_path, *options):
     command = [
-        sys.executable, "-m", "rpent_agents.stage2.diagnostics", "--output-dir", str(tmp_path),
+        sys.executable, "-m", "rpent_agents.stage2.eval_rlt", "--output-dir", str(tmp_path),
         "--env.render-backend", "cpu", "--env.feature-device", "cpu",
         "--env.max-episode-chunks", "2", *options,
     ]  # fmt: skip
@@ -102,7 +102,7 @@ def test_cli_writes_a_report_and_a_plot(tmp_path):
 
 @pytest.mark.subprocess
 def test_cli_refuses_an_actor_for_the_base_policy(tmp_path):
-    command = [sys.executable, "-m", "rpent_agents.stage2.diagnostics", "--stage2-run", "w.pt"]
+    command = [sys.executable, "-m", "rpent_agents.stage2.eval_rlt", "--stage2-run", "w.pt"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode != 0 and "read by --policy actor only" in result.stderr
 
@@ -110,6 +110,6 @@ def test_cli_refuses_an_actor_for_the_base_policy(tmp_path):
 @pytest.mark.parametrize("flag", ["--num-episodes", "--num-envs"])
 @pytest.mark.subprocess
 def test_cli_refuses_nonsense_counts(tmp_path, flag):
-    command = [sys.executable, "-m", "rpent_agents.stage2.diagnostics", flag, "zero"]
+    command = [sys.executable, "-m", "rpent_agents.stage2.eval_rlt", flag, "zero"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode != 0
