@@ -9,8 +9,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 COMMAND = [sys.executable, "-m", "rpent_agents.robot.train"]
+TESTS_DIR = Path(__file__).parents[2]
 TINY_STAGE2 = [
     "--stage2.hidden-dim", "32", "--stage2.batch-size", "8", "--stage2.learning-starts", "2",
     "--stage2.warmup-updates", "10", "--stage2.train-every-transitions", "1",
@@ -162,3 +164,15 @@ def run_stand_in(output_dir, checkpoint, max_episode_chunks, *more):
          "--env-kwargs", json.dumps(env_kwargs), *TINY_STAGE2, *more],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
+
+
+def assert_arm_still(host):
+    """`franky_sim.assert_still` in a process of its own: a franky connection opened in pytest's
+    process upsets the later franky-sim tests of the run (test_franka_faults' stop distances)."""
+    code = f"from franky_sim import assert_still; assert_still({host!r})"
+    path = os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        env=os.environ | {"PYTHONPATH": path},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -17,8 +17,14 @@ import numpy as np
 import pytest
 import torch
 from agent_helpers import tiny_checkpoint
-from franky_sim import assert_still
-from robot_command_helpers import CommandRun, hold, key, owed_updates, real_robot_args
+from robot_command_helpers import (
+    CommandRun,
+    assert_arm_still,
+    hold,
+    key,
+    owed_updates,
+    real_robot_args,
+)
 
 from recorders.trajectory import find_task_dirs
 from rpent_agents.stage2.checkpoint import resume_run
@@ -222,6 +228,6 @@ def test_a_lost_learner_holds_the_arm_and_ends_the_command_in_one_line(
     last_status = [line for line in lines if "env steps" in line][-1]
     steps_after_kill = int(re.search(r"env steps (\d+)/", last_status).group(1))
     assert steps_after_kill <= driving.env_steps + 20  # at most the chunk in flight ran
-    assert_still(sim.host)
+    assert_arm_still(sim.host)
     results = json.loads((output_dir / "results.json").read_text())
     assert results["stop_reason"].startswith("the learner process died")
