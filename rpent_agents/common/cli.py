@@ -1,10 +1,11 @@
 """How the agents' commands start and fail: one logging format, known errors in one line.
 
-Each `main()` of `rpent-collect`, `rpent-stage1`, `rpent-stage2`, `rpent-eval-rlt`,
-`rpent-feature-server` and `rpent-run` runs inside `command(name)`. An error the library knows
-how to explain (bad input, a missing extra, a full disk, an unknown env id, any error class
-RPent defines) ends the command with the single line `name: message` on stderr and exit status
-1; its traceback goes to the debug log only. Anything else is a bug and keeps its traceback.
+Each `main()` of `rpent-collect`, `rpent-stage1`, `rpent-stage2`, `rpent-stage2-robot`,
+`rpent-eval-rlt`, `rpent-feature-server` and `rpent-run` runs inside `command(name)`. An error
+the library knows how to explain (bad input, a missing extra, a full disk, an unknown env id,
+any error class RPent defines) ends the command with the single line `name: message` on stderr
+and exit status 1; its traceback goes to the debug log only. Anything else is a bug and keeps
+its traceback.
 
 Example:
     >>> def main() -> None:

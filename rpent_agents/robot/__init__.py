@@ -1,5 +1,11 @@
 """Stage 2 on a real arm: `rpent-stage2-robot`, one robot with a human in the loop.
 
+The command: `train` (`rpent-stage2-robot`: `main`, `train`, `RobotResults`), `config`
+(`RobotTrainArgs`, `OperatorConfig`, the presets), `control_loop` (`ControlLoop`: one env, a
+local actor, the learner never waited for), `robot_env` (the env with the operator's console,
+the recorder and the control clock), `control_period` (`ControlPeriods`) and `status` (the
+status line).
+
 The learner side: `learner_service` (`LearnerService`: the Stage 2 learner of a run, its
 replay, saves and weights), `learner_host` (its update and heartbeat threads),
 `learner_link` (`LearnerLink`, what the control loop calls without waiting, and
@@ -20,6 +26,15 @@ from __future__ import annotations
 from rpent_agents.common.lazy_exports import lazy_exports
 
 _EXPORTS: dict[str, str] = {
+    "ControlLoop": "rpent_agents.robot.control_loop",
+    "EpisodeReport": "rpent_agents.robot.control_loop",
+    "LearnerLostError": "rpent_agents.robot.control_loop",
+    "LoopPlan": "rpent_agents.robot.control_loop",
+    "ControlPeriods": "rpent_agents.robot.control_period",
+    "OperatorConfig": "rpent_agents.robot.config",
+    "RobotTrainArgs": "rpent_agents.robot.config",
+    "StatusLine": "rpent_agents.robot.status",
+    "RobotResults": "rpent_agents.robot.train",
     "ActingSpec": "rpent_agents.robot.learner_service",
     "ActorWeights": "rpent_agents.robot.learner_service",
     "LearnerService": "rpent_agents.robot.learner_service",

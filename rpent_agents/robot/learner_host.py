@@ -32,6 +32,7 @@ from rpent_agents.robot.learner_service import (
     LearnerStatus,
 )
 from rpent_agents.robot.run_state import RobotRunState
+from rpent_agents.stage2.config import Stage2Config
 
 logger = logging.getLogger(__name__)
 Publish = Callable[[str, Any], None]
@@ -70,12 +71,15 @@ class LearnerReady(NamedTuple):
         run_state: The run's counters as saved (zero for a fresh run).
         weights: The actor's weights now.
         status: The learner's counters now.
+        config: The learner's Stage 2 config (a resumed run's saved one): how the control
+            loop stores chunks.
     """
 
     acting_spec: ActingSpec
     run_state: RobotRunState
     weights: ActorWeights
     status: LearnerStatus
+    config: Stage2Config
 
 
 def set_torch_threads(torch_threads: int | None, device: torch.device) -> None:
@@ -108,9 +112,11 @@ class LearnerHost:
         """Publish ("ready", `LearnerReady`), then start the threads; returns the same answer."""
         set_torch_threads(self.options.torch_threads, self.service.learner.device)
         self._published, self._published_at_s = self.service.weights(), time.monotonic()
+        service = self.service
         ready = LearnerReady(
-            self.service.acting_spec, self.service.run_state, self._published, self.service.status()
-        )
+            service.acting_spec, service.run_state, self._published, service.status(),
+            service.learner.config,
+        )  # fmt: skip
         self.publish("ready", ready)  # before anything the threads publish
         for thread in self._threads:
             thread.start()

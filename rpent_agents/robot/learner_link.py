@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from rpent_agents.robot.learner_host import LearnerHost, LearnerLinkOptions, LearnerReady
 from rpent_agents.robot.learner_service import ActingSpec, ActorWeights, LearnerSetup, LearnerStatus
 from rpent_agents.robot.run_state import RobotRunState
+from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.replay import RLTTransition
 
 logger = logging.getLogger(__name__)
@@ -63,10 +64,13 @@ class LearnerLink(Protocol):
     Attributes:
         acting_spec: How to build the local copy of the actor (`build_actor`).
         run_state: The run's counters as the learner loaded them (zero for a fresh run).
+        config: The learner's Stage 2 config (a resumed run's saved one, read where the
+            learner runs).
     """
 
     acting_spec: ActingSpec
     run_state: RobotRunState
+    config: Stage2Config
 
     def send(self, transitions: Sequence[RLTTransition]) -> None:
         """Queue the transitions for storing (do not change them afterwards)."""
@@ -131,6 +135,7 @@ class ProcessLearnerLink:
     Attributes:
         acting_spec: How to build the local copy of the actor.
         run_state: The run's counters as the learner loaded them (zero for a fresh run).
+        config: The learner's Stage 2 config.
         options: Timeouts, publishing and threads.
     """
 
@@ -160,6 +165,7 @@ class ProcessLearnerLink:
             self._process.join()
             raise
         self.acting_spec, self.run_state = ready.acting_spec, ready.run_state
+        self.config = ready.config
         self._mailbox = LinkMailbox(ready)
         self._receiving = True
         self._receiver = threading.Thread(target=self._receive, name="learner-link", daemon=True)
@@ -270,6 +276,9 @@ def run_learner_process(
     Exits with 1 when the learner failed (its error was sent first), 0 after "stop".
     """
     die_with_parent(parent_pid)
+    # Ctrl-C in a terminal reaches the whole process group: the command stops, and this
+    # process handles what was sent (a save in flight) before the command's close stops it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         host = LearnerHost(setup.build(), options, lambda *message: from_learner.put(message))
         host.start()

@@ -99,6 +99,7 @@ class RayLearnerLink:
     Attributes:
         acting_spec: How to build the local copy of the actor.
         run_state: The run's counters as the learner loaded them (zero for a fresh run).
+        config: The learner's Stage 2 config (a resumed run's saved one, read on its host).
         options: Timeouts, publishing and threads.
         actor: The learner's Ray actor handle.
         node_id: The Ray node the learner runs on.
@@ -143,6 +144,7 @@ class RayLearnerLink:
         except ray.exceptions.RayError as error:
             raise LearnerLinkError(f"the learner did not start: {error}") from error
         self.acting_spec, self.run_state = ready.acting_spec, ready.run_state
+        self.config = ready.config
         self._mailbox = LinkMailbox(ready)
         self._numbers = itertools.count()
         self._request: Any = None

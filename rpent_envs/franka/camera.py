@@ -1,4 +1,4 @@
-"""Cameras for the Franka env: the protocol, an Intel RealSense colour stream, square resizing."""
+"""Cameras for the Franka env: the protocol, a RealSense stream, a blank frame, square resizing."""
 
 from __future__ import annotations
 
@@ -35,6 +35,32 @@ def square_resize(frame: np.ndarray, size: int) -> np.ndarray:
     top, left = (height - side) // 2, (width - side) // 2
     square = Image.fromarray(np.ascontiguousarray(frame[top : top + side, left : left + side]))
     return np.asarray(square.resize((size, size), Image.Resampling.BILINEAR), dtype=np.uint8)
+
+
+class BlankCamera:
+    """A constant mid-grey frame: for dry runs of a loop on franky-sim, which has no camera.
+
+    `camera="blank"` (and `wrist_camera="blank"`) of `RPent/Franka-v0` gives the observation
+    its image keys, so a feature model that reads them runs against the simulated arm; a policy
+    learns nothing from it.
+
+    Example:
+        >>> BlankCamera(image_size=32).read_rgb()[0, 0].tolist()
+        [128, 128, 128]
+    """
+
+    GREY = 128
+
+    def __init__(self, image_size: int) -> None:
+        """Give `image_size` x `image_size` frames."""
+        self.image_size = image_size
+
+    def read_rgb(self) -> np.ndarray:
+        """A new grey frame."""
+        return np.full((self.image_size, self.image_size, 3), self.GREY, np.uint8)
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 class RealSenseCamera:

@@ -21,7 +21,7 @@ from rpent_envs.franka.backend import (
     FrankaControlError,
     RobotSnapshot,
 )
-from rpent_envs.franka.camera import Camera
+from rpent_envs.franka.camera import BlankCamera, Camera
 from rpent_envs.franka.config import FrankaConfig
 from rpent_envs.franka.pose import Pose, limit_step
 from rpent_envs.franka.safety import SafetyBox
@@ -127,8 +127,8 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         config: FrankaConfig | None = None,
         *,
         backend: Literal["franky", "memory"] | FrankaBackend = "franky",
-        camera: Literal["none", "realsense"] | Camera = "none",
-        wrist_camera: Literal["none", "realsense"] | Camera = "none",
+        camera: Literal["none", "realsense", "blank"] | Camera = "none",
+        wrist_camera: Literal["none", "realsense", "blank"] | Camera = "none",
         success_fn: SuccessFn | None = None,
         **overrides: Any,
     ) -> None:
@@ -139,8 +139,9 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             backend: "franky" (a real arm or franky-sim at `config.host`), "memory" (in-process,
                 no hardware), or a backend object.
             camera: The third-person camera of `obs["image"]`: "none", "realsense"
-                (pyrealsense2, the `realsense` extra), or a camera object giving `image_size`
-                square frames.
+                (pyrealsense2, the `realsense` extra), "blank" (a constant grey frame, for dry
+                runs of a loop on franky-sim: `BlankCamera`), or a camera object giving
+                `image_size` square frames.
             wrist_camera: The hand camera of `obs["wrist_image"]`, the same choices
                 (`wrist_camera_serial` picks the RealSense).
             success_fn: Maps an observation to success; None means success is never reported.
@@ -195,10 +196,14 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             from rpent_envs.franka.camera import RealSenseCamera
 
             return RealSenseCamera(self.config.image_size, serial)
+        if camera == "blank":
+            return BlankCamera(self.config.image_size)
         if camera == "none":
             return None
         argument = "camera" if key == "image" else "wrist_camera"
-        raise ValueError(f"{argument}={camera!r}: use 'none', 'realsense' or a camera object")
+        raise ValueError(
+            f"{argument}={camera!r}: use 'none', 'realsense', 'blank' or a camera object"
+        )
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

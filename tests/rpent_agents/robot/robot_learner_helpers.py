@@ -1,4 +1,5 @@
-"""What the robot learner tests share: small RLT sizes, a warm-up config, numbered transitions."""
+"""What the robot learner tests share: small RLT sizes, a warm-up config, numbered transitions,
+a two-node Ray cluster."""
 
 import time
 
@@ -78,3 +79,17 @@ class TimedLink:
                 self.longest_call_s = max(self.longest_call_s, time.perf_counter() - start_s)
 
         return timed
+
+
+def start_two_node_cluster():
+    """A Ray cluster on this machine: the head offers `learner`, a second node `robot` (one
+    CPU each). Returns the cluster and the robot's node."""
+    from ray.cluster_utils import Cluster
+
+    from rpent_agents.robot.ray_learner_link import LEARNER_RESOURCE, ROBOT_RESOURCE
+
+    head = {"num_cpus": 1, "resources": {LEARNER_RESOURCE: 1}, "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    robot_node = cluster.add_node(num_cpus=1, resources={ROBOT_RESOURCE: 1})
+    cluster.wait_for_nodes()
+    return cluster, robot_node

@@ -13,12 +13,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from ray.cluster_utils import Cluster  # noqa: E402
 from robot_learner_helpers import (  # noqa: E402
     DIMS,
     TimedLink,
     numbered_transition,
     owed_updates,
+    start_two_node_cluster,
     wait_for,
     warmup_config,
 )
@@ -30,7 +30,7 @@ from rpent_agents.robot import (  # noqa: E402
     RobotRunState,
     robot_node_actor,
 )
-from rpent_agents.robot.ray_learner_link import LEARNER_RESOURCE, ROBOT_RESOURCE  # noqa: E402
+from rpent_agents.robot.ray_learner_link import LEARNER_RESOURCE  # noqa: E402
 
 pytestmark = pytest.mark.subprocess
 
@@ -44,17 +44,8 @@ def two_node_cluster():
     with pytest.MonkeyPatch.context() as patch:  # the actors import this folder's helpers
         paths = [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
         patch.setenv("PYTHONPATH", os.pathsep.join(paths))
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "resources": {LEARNER_RESOURCE: 1},
-                "include_dashboard": False,
-            },
-        )
-        cluster.add_node(num_cpus=1, resources={ROBOT_RESOURCE: 1})
+        cluster, _ = start_two_node_cluster()
         ray.init(address=cluster.address)
-        cluster.wait_for_nodes()
     yield cluster
     ray.shutdown()
     cluster.shutdown()

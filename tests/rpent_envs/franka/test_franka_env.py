@@ -269,6 +269,18 @@ def test_camera_frames_are_part_of_the_observation():
     assert camera.closed and wrist_camera.closed
 
 
+def test_blank_cameras_give_grey_frames_for_dry_runs():
+    env = FrankaEnv(
+        backend=MemoryFrankaBackend(), camera="blank", wrist_camera="blank", image_size=32,
+        period_s=0.0,
+    )  # fmt: skip
+    obs, _ = env.reset(seed=0)
+    assert obs in env.observation_space
+    assert obs["image"].shape == obs["wrist_image"].shape == (32, 32, 3)
+    assert np.all(obs["image"] == 128) and np.all(obs["wrist_image"] == 128)
+    env.close()
+
+
 def test_a_wrong_camera_choice_or_frame_size_is_refused_with_its_name():
     with pytest.raises(ValueError, match="wrist_camera='usb'"):
         FrankaEnv(backend=MemoryFrankaBackend(), wrist_camera="usb", period_s=0.0)

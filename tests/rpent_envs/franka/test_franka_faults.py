@@ -11,10 +11,10 @@ import subprocess
 import sys
 import time
 
-import franky
 import gymnasium as gym
 import numpy as np
 import pytest
+from franky_sim import STILL_M, assert_still
 
 import rpent_envs
 from rpent_envs.franka.backend import FrankaCommandError, FrankaConnectionError, FrankaControlError
@@ -26,7 +26,6 @@ from wrappers.chunking import execute_chunk
 pytestmark = [pytest.mark.sim, pytest.mark.subprocess, pytest.mark.timeout(180, method="thread")]
 
 CHUNK_STEPS = 20
-STILL_M = 0.002  # how far a still arm may drift in half a second
 SIM_ENV = {
     "target_position_m": (0.55, 0.0, 0.45),
     "box_half_extent_m": (0.08,) * 3,
@@ -51,16 +50,6 @@ def back_and_forth(steps):
     chunk = np.zeros((steps, 7), np.float32)
     chunk[:, 0] = [(-1) ** (step // 3) for step in range(steps)]
     return chunk
-
-
-def assert_still(host):
-    """A fresh connection sees the arm at rest and nobody in control of it."""
-    robot = franky.Robot(host, realtime_config=franky.RealtimeConfig.Ignore)
-    first_m = robot.current_cartesian_state.pose.end_effector_pose.translation
-    time.sleep(0.5)
-    last_m = robot.current_cartesian_state.pose.end_effector_pose.translation
-    np.testing.assert_allclose(last_m, first_m, atol=STILL_M)
-    assert not robot.is_in_control
 
 
 def memory_env():

@@ -1,0 +1,68 @@
+"""The robot command's parts that need no process: its arguments, the clock, the status line."""
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rpent_envs
+from rpent_agents.robot import ControlPeriods, LearnerStatus, RobotRunState, RobotTrainArgs
+from rpent_agents.robot.config import PRESETS
+from rpent_agents.robot.status import status_text
+from rpent_agents.robot.train import check_output_dir
+
+
+def test_env_kwargs_go_over_the_presets_and_the_chunk_length_is_the_learners():
+    args = PRESETS["sim-stand-in"][1]
+    preset = args.make_kwargs(chunk_len=10)
+    assert preset["expert_takeover"] is True and preset["render_backend"] == "cpu"
+    overridden = dataclasses.replace(args, env_kwargs='{"render_backend": "gpu", "chunk_len": 3}')
+    kwargs = overridden.make_kwargs(chunk_len=5)
+    assert kwargs["render_backend"] == "gpu" and kwargs["expert_takeover"] is True
+    assert kwargs["chunk_len"] == 5
+    for text, message in (("{host: 1}", "--env-kwargs .* is not JSON"), ("[1]", "JSON object")):
+        with pytest.raises(ValueError, match=message):
+            RobotTrainArgs(env_kwargs=text).make_kwargs(chunk_len=10)
+
+
+def test_the_presets_warm_up_before_the_actor_drives_and_update_4_times_per_transition():
+    for _, args in PRESETS.values():
+        stage2 = args.stage2
+        assert stage2.update_schedule and stage2.learning_starts > 0 and stage2.warmup_updates > 0
+        assert stage2.update_epoch / stage2.train_every_transitions >= 4
+    real, stand_in = PRESETS["real-robot"][1], PRESETS["sim-stand-in"][1]
+    assert real.env_id == rpent_envs.FRANKA_RLT_ID and real.operator.wait_for_reset_key
+    assert stand_in.env_id == rpent_envs.PEG_RLT_ID and not stand_in.operator.uses_keys
+
+
+def test_a_fresh_run_into_a_run_folder_and_a_resume_without_one_are_refused(tmp_path):
+    (tmp_path / "results.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="pass --resume"):
+        check_output_dir(RobotTrainArgs(output_dir=tmp_path))
+    with pytest.raises(FileNotFoundError, match="holds no run"):
+        check_output_dir(RobotTrainArgs(output_dir=tmp_path / "empty", resume=True))
+
+
+def test_the_clock_measures_step_to_step_periods_within_episodes():
+    periods = ControlPeriods()
+    env = periods.wrap(gym.make(rpent_envs.FRANKA_ID, backend="memory", period_s=0.02))
+    for seed in range(2):
+        env.reset(seed=seed)
+        for _ in range(4):
+            env.step(np.zeros(7, np.float32))
+    env.close()
+    summary = periods.summary()
+    assert summary["control_period_s"] == 0.02 and summary["control_period_samples"] == 6
+    assert summary["control_period_p50_s"] == pytest.approx(0.02, abs=0.005)  # the env keeps it
+    assert ControlPeriods().summary()["control_period_p50_s"] is None
+
+
+def test_the_status_line_names_the_episode_the_driver_and_the_learners_counters():
+    state = RobotRunState(episodes=2, successes=1, env_steps=240)
+    learner = LearnerStatus(updates=80, replay_size=12, actor_ready=True)
+    assert status_text("driver human", state, 1000, learner) == (
+        "episode 3 | driver human | env steps 240/1000 | successes 1/2 | updates 80 | "
+        "replay 12 | actor ready"
+    )
+    assert status_text("done", state, 1000, learner, running=False).startswith("episodes 2 | done")
