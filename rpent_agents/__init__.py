@@ -23,12 +23,12 @@ from rpent_agents.common.lazy_exports import lazy_exports
 _EXPORTS: dict[str, str] = {
     # the peg RLT stack and the composite RLT envs
     "PegRLTConfig": "rpent_agents.rollout.rlt_stack",
-    "FrankaRLTConfig": "rpent_agents.rollout.rlt_stack",
+    "FrankaRLTConfig": "rpent_agents.rollout.franka_stack",
     "make_peg_rlt": "rpent_agents.rollout.rlt_stack",
-    "make_franka_rlt": "rpent_agents.rollout.rlt_stack",
+    "make_franka_rlt": "rpent_agents.rollout.franka_stack",
     "RLTStackEnv": "rpent_agents.rollout.rlt_stack",
     "PegInsertionRLTEnv": "rpent_agents.rollout.rlt_stack",
-    "FrankaPegInsertionRLTEnv": "rpent_agents.rollout.rlt_stack",
+    "FrankaPegInsertionRLTEnv": "rpent_agents.rollout.franka_stack",
     # feature models and the RL token
     "DEFAULT_CHECKPOINT_DIR": "rpent_agents.features",
     "FeatureModel": "rpent_agents.features",

@@ -33,7 +33,7 @@ FRANKA_RLT_ID = "RPent/FrankaPegInsertion-RLT-v0"
 # Franka env -> RLTObservation -> PolicySwitch with the keyboard trigger; one step = one chunk.
 gym.register(
     id=FRANKA_RLT_ID,
-    entry_point="rpent_agents.rollout.rlt_stack:FrankaPegInsertionRLTEnv",
+    entry_point="rpent_agents.rollout.franka_stack:FrankaPegInsertionRLTEnv",
     nondeterministic=True,
 )
 

@@ -13,7 +13,7 @@ from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
 from rpent_agents.features.checkpoint import DEFAULT_CHECKPOINT_DIR, save_checkpoint
 from rpent_agents.features.norm import NormStats
 from rpent_agents.features.rl_token import RLToken, RLTokenConfig
-from rpent_agents.rollout.rlt_stack import FrankaRLTConfig, make_franka_rlt
+from rpent_agents.rollout.franka_stack import FrankaRLTConfig, make_franka_rlt
 from wrappers.triggers import KeyboardTrigger, KeyPressQueue
 
 REFERENCE_LEN, ACTOR_LEN, ACTION_DIM, STATE_DIM, DIM = 20, 10, 7, 19, 32
