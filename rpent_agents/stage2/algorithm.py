@@ -239,12 +239,16 @@ class Stage2Algorithm:
         """How `critic` chooses the chunk that acts (`QRanking`); None: the actor's chunk.
 
         Exploring ranks with `acting_samples`; acting deterministically ranks with them too,
-        or between the actor's and the reference's chunk alone with `eval_q_filter`.
+        or between the actor's and the reference's chunk alone with `eval_q_filter`, and with
+        `eval_consensus` only by every head's value.
         """
         config = self.config
+        consensus = deterministic and config.eval_consensus
         if config.acting_samples > 0:
-            return QRanking(critic, config.acting_samples, config.acting_sample_std)
-        return QRanking(critic) if deterministic and config.eval_q_filter else None
+            return QRanking(critic, config.acting_samples, config.acting_sample_std, consensus)
+        if deterministic and config.eval_q_filter:
+            return QRanking(critic, consensus=consensus)
+        return None
 
     def _skipped_step_counts(self) -> dict[str, torch.Tensor]:
         """Copies of the skip counters as they stand after the updates queued so far."""
@@ -279,15 +283,22 @@ class QRanking:
     the actor's (`q_ranked`). With no samples this is `Stage2Config.eval_q_filter`'s choice
     between the actor's and the reference's chunk.
 
+    With `consensus`, a candidate other than the reference may run only where every head of
+    the critic values it above the reference: where the heads disagree (early in training,
+    away from the data) the reference runs, so the critic's noise cannot make the policy
+    worse than the reference it starts from.
+
     Attributes:
         critic: The critic that values the candidates.
         samples: Perturbations of the actor's mean among the candidates.
         sample_std: Std of the perturbations, before the tanh.
+        consensus: Let a candidate beat the reference only by every head's value.
     """
 
     critic: TwinQCritic
     samples: int = 0
     sample_std: float = 0.0
+    consensus: bool = False
 
 
 @torch.no_grad()
@@ -314,7 +325,7 @@ def act_chunks(
         chunk = actor(rlt_obs, deterministic=deterministic, generator=generator)
     else:
         candidates = candidate_chunks(actor, rlt_obs, ranking, deterministic, generator)
-        chunk = q_ranked(ranking.critic, rlt_obs, candidates)
+        chunk = q_ranked(ranking.critic, rlt_obs, candidates, ranking.consensus)
     return chunk.flatten(1).cpu().numpy()
 
 
@@ -369,17 +380,24 @@ def first_head_q_values(
 
 
 @torch.no_grad()
-def q_ranked(critic: TwinQCritic, obs: RLTObs, candidates: torch.Tensor) -> torch.Tensor:
+def q_ranked(
+    critic: TwinQCritic, obs: RLTObs, candidates: torch.Tensor, consensus: bool = False
+) -> torch.Tensor:
     """Per sample, the candidate chunk (of (B, K, H, A)) the critic values highest.
 
     The critic values each candidate by the minimum over its heads, one call per candidate
     (the batch of an evaluation stays the workers' batch: its float rounding does not depend
     on how many candidates there are); ties keep the earlier candidate (the actor's comes
-    first: another runs only where the critic expects it to do better).
+    first: another runs only where the critic expects it to do better). With `consensus` the
+    last candidate is the reference, and another may run only where every head values it
+    above the reference (`QRanking.consensus`).
     """
     count = candidates.shape[1]
-    q_values = torch.stack(
-        [critic(obs, candidates[:, index]).min(dim=-1).values for index in range(count)], dim=1
-    )
+    heads = torch.stack([critic(obs, candidates[:, index]) for index in range(count)], dim=1)
+    q_values = heads.min(dim=-1).values
+    if consensus:
+        beats_reference = (heads > heads[:, -1:]).all(dim=-1)
+        beats_reference[:, -1] = True
+        q_values = q_values.masked_fill(~beats_reference, -torch.inf)
     best = q_values.argmax(dim=1)
     return candidates[torch.arange(candidates.shape[0], device=candidates.device), best]

@@ -236,6 +236,7 @@ def save_weights(learner: Stage2Learner, path: Path, gate: Mapping[str, Any] | N
         "eval_q_filter": learner.config.eval_q_filter,
         "acting_samples": learner.config.acting_samples,
         "acting_sample_std": learner.config.acting_sample_std,
+        "eval_consensus": learner.config.eval_consensus,
         "actor_ready": learner.ready_for_online,
         "gate": dict(gate or {}),
     }
@@ -309,6 +310,7 @@ class TrainedActor(NamedTuple):
             empty for files saved before the gate was stored: the stack's default gate.
         samples: Perturbations of its mean the critic also values (`acting_samples`).
         sample_std: Their std before the tanh (`acting_sample_std`).
+        consensus: Another chunk beats the reference only by every head (`eval_consensus`).
         ready: Whether the run's learner let it drive when the file was written (its warm-up
             done: `Stage2Learner.ready_for_online`); an actor that is not ready never acts,
             the reference drives where it would (files saved before this was stored: True).
@@ -319,13 +321,14 @@ class TrainedActor(NamedTuple):
     gate: Mapping[str, Any] = MappingProxyType({})
     samples: int = 0
     sample_std: float = 0.0
+    consensus: bool = False
     ready: bool = True
 
     def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         """Flat mean chunks (B, H*A) for batched RLT observations, ranked as the run was."""
         ranking = None
         if self.q_filter is not None:
-            ranking = QRanking(self.q_filter, self.samples, self.sample_std)
+            ranking = QRanking(self.q_filter, self.samples, self.sample_std, self.consensus)
         return act_chunks(self.actor, obs, deterministic=True, ranking=ranking)
 
 
@@ -368,6 +371,7 @@ def load_actor(
         dict(weights.get("gate", {})),
         samples=samples,
         sample_std=float(weights.get("acting_sample_std", 0.0)),
+        consensus=bool(weights.get("eval_consensus", False)),
         ready=bool(weights.get("actor_ready", True)),
     )
 

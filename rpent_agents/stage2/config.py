@@ -132,6 +132,13 @@ class Stage2Config:
     chooses between it and the reference's at evaluation). Off in the reference."""
     acting_sample_std: float = 0.2
     """Std of the perturbations `acting_samples` adds to the actor's mean, before the tanh."""
+    eval_consensus: bool = False
+    """When acting deterministically (evaluation, deployment), a chunk other than the
+    reference's runs only where every head of the critic values it above the reference's
+    (`stage2.algorithm.QRanking.consensus`): where the heads disagree, early in training or
+    away from the data, the reference runs, so the critic's noise cannot take the policy
+    below the reference it starts from. Needs `eval_q_filter` or `acting_samples`. Off in
+    the reference."""
     acting_actor_tau: float | None = None
     """Keep a Polyak average of the actor for acting deterministically (evaluation,
     deployment, the run's weights file): after every actor step it moves this fraction of
@@ -259,8 +266,9 @@ class Stage2Config:
 
         `sample_efficient()` rescheduled for 30k env steps, about an hour of a 10 Hz arm:
         learning from the first few hundred transitions, more updates per transition, the
-        actor ready after a short warm-up, and Q-ranked acting among perturbations of its
-        chunk and the reference (docs/agents/training.md#presets-and-options).
+        actor ready after a short warm-up, Q-ranked acting among perturbations of its chunk
+        and the reference, and at evaluation a chunk other than the reference's only where
+        every head of the critic prefers it (docs/agents/training.md#presets-and-options).
         """
         preset = {
             "learning_starts": 200,
@@ -269,6 +277,7 @@ class Stage2Config:
             "weight_ramp_updates": 3000,
             "update_epoch": 40,
             "acting_samples": 8,
+            "eval_consensus": True,
         }
         return cls.sample_efficient(**(preset | overrides))
 

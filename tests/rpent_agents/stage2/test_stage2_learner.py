@@ -258,6 +258,33 @@ def test_q_ranked_acting_keeps_the_reference_where_the_critic_prefers_it():
         np.testing.assert_allclose(learner.act(obs, deterministic), 0.9)
 
 
+class SplitCritic(torch.nn.Module):
+    """Heads that disagree: the first values a chunk by its distance from the reference, the
+    second values the reference 1 and every other chunk 0.5 (so by the minimum over the heads
+    a far chunk still beats the reference, which the first head values 0)."""
+
+    def forward(self, obs, chunk):
+        distance = ((chunk - obs.ref_chunk[:, : chunk.shape[1]]) ** 2).flatten(1).sum(-1)
+        second = torch.where(distance > 0, 0.5, 1.0)
+        return torch.stack([distance, second], dim=-1)
+
+
+def test_consensus_runs_the_reference_where_the_critics_heads_disagree():
+    learner = _learner(acting_samples=4, eval_consensus=True)
+    obs = {"z_rl": np.ones((2, 4)), "proprio": np.ones((2, 2)),
+           "ref_chunk": np.full((2, 3, 2), 0.5, np.float32)}  # fmt: skip
+    learner.critic = SplitCritic()  # the second head prefers the reference to every chunk
+    np.testing.assert_allclose(learner.act(obs, deterministic=True), 0.5)
+    # where every head prefers another chunk, it runs
+    learner.critic = TargetCritic(torch.full((CHUNK_LEN, 2), -0.5))
+    assert not np.allclose(learner.act(obs, deterministic=True), 0.5)
+    # exploring, and acting without the consensus, rank by the minimum over the heads alone
+    learner.critic = SplitCritic()
+    assert not np.allclose(learner.act(obs), 0.5)
+    learner.config.eval_consensus = False
+    assert not np.allclose(learner.act(obs, deterministic=True), 0.5)
+
+
 def _bandit_transition(rng, dims):
     """One-chunk episode: reward -|a - target|^2 with a reference biased away from the target."""
     z_rl = rng.uniform(-1, 1, dims.z_dim).astype(np.float32)
