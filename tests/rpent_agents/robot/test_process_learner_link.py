@@ -183,7 +183,8 @@ def is_gone(pid):
 
 def test_learner_dies_with_its_parent(tmp_path):
     helpers_dir = str(Path(__file__).parent)
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([helpers_dir, os.environ["PYTHONPATH"]])}
+    search_path = [helpers_dir, os.environ.get("PYTHONPATH", "")]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, search_path))}
     command = [sys.executable, "-c", PARENT_SCRIPT, str(tmp_path / "run")]
     # The killed parent's resource tracker reports its queues' semaphores: kept in the log.
     log_path = tmp_path / "parent.log"
