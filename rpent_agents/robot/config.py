@@ -93,6 +93,14 @@ class RobotTrainArgs:
     """Torch device of the learner ("auto": cuda where it runs when there is one, else cpu)."""
     learner_timeout_s: float = 30.0
     """No heartbeat from the learner for this long: it has stalled and the run stops."""
+    learner_nice: int = 10
+    """Niceness the learner process adds to its own (--learner process): on cores it shares
+    with the control loop (and the arm's driver), their work goes first; 0: the same
+    priority."""
+    control_torch_threads: int | None = None
+    """Torch threads of the control loop (its feature model and actor, on the CPU); None: all
+    cores but one, which the learner keeps. On busy cores more threads wait on each other: the
+    stand-in's CPU feature model took 1.2 s a chunk with 2 threads on 2 cores, 0.04 s with 1."""
     operator: OperatorConfig = field(default_factory=OperatorConfig)
     """The operator's keys, teleop device and reset wait."""
     record_trajectories: bool = True

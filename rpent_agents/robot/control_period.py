@@ -24,6 +24,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+LATE_FACTOR = 1.1
+"""A period over this many times the nominal one is late (issue 51's bound for the p99)."""
+
 
 def nominal_period_of(env: gym.Env) -> float | None:
     """The control period an env keeps (`RPent/Franka-v0`'s `config.period_s`), else None.
@@ -56,17 +59,28 @@ class ControlPeriods:
         """The figures of results.json: the nominal and the measured periods.
 
         Returns:
-            `control_period_s` (nominal), `control_period_p50_s`, `control_period_p99_s`
-            (None before two steps of one episode) and `control_period_samples`.
+            `control_period_s` (nominal), `control_period_p50_s`, `control_period_p95_s`,
+            `control_period_p99_s`, `control_period_max_s` (None before two steps of one
+            episode), `control_period_samples` and `control_period_late_steps` (periods over
+            `LATE_FACTOR` x the nominal one; None without a nominal period).
         """
-        p50_s = p99_s = None
+        p50_s = p95_s = p99_s = max_s = None
         if self.periods_s:
-            p50_s, p99_s = (float(value) for value in np.percentile(self.periods_s, [50, 99]))
+            p50_s, p95_s, p99_s, max_s = (
+                float(value) for value in np.percentile(self.periods_s, [50, 95, 99, 100])
+            )
+        late_steps = None
+        if self.nominal_period_s is not None:
+            late_steps = sum(period_s > LATE_FACTOR * self.nominal_period_s
+                             for period_s in self.periods_s)  # fmt: skip
         return {
             "control_period_s": self.nominal_period_s,
             "control_period_p50_s": p50_s,
+            "control_period_p95_s": p95_s,
             "control_period_p99_s": p99_s,
+            "control_period_max_s": max_s,
             "control_period_samples": len(self.periods_s),
+            "control_period_late_steps": late_steps,
         }
 
 

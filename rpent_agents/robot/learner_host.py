@@ -57,6 +57,9 @@ class LearnerLinkOptions:
     torch_threads: int | None = None
     """Torch threads of the learner; None: 1 on a CPU learner (the control loop keeps a core),
     torch's default on a GPU."""
+    nice: int = 0
+    """Niceness a learner process adds to its own at its start (`ProcessLearnerLink`), so the
+    control loop's work goes first on the cores they share."""
     start_timeout_s: float = 300.0
     """Longest wait for a started learner to be ready (it imports torch, loads the run)."""
     close_timeout_s: float = 120.0

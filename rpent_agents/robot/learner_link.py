@@ -276,6 +276,7 @@ def run_learner_process(
     Exits with 1 when the learner failed (its error was sent first), 0 after "stop".
     """
     die_with_parent(parent_pid)
+    os.nice(options.nice)  # before the host's threads start: they inherit it
     # Ctrl-C in a terminal reaches the whole process group: the command stops, and this
     # process handles what was sent (a save in flight) before the command's close stops it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium as gym
+import torch
 import tyro
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -96,10 +98,16 @@ class RobotResults:
     """The env's own control period (None: a simulator keeping none)."""
     control_period_p50_s: float | None = None
     """Median of the measured step-to-step periods of the raw env."""
+    control_period_p95_s: float | None = None
+    """Their 95th percentile."""
     control_period_p99_s: float | None = None
     """Their 99th percentile."""
+    control_period_max_s: float | None = None
+    """The longest."""
     control_period_samples: int = 0
     """Periods measured."""
+    control_period_late_steps: int | None = None
+    """Periods over 1.1 x control_period_s (None: the env keeps no period)."""
     stop_reason: str = "running"
     """"running" (written after an episode), "total_env_steps", "max_episodes", or what
     happened to the learner."""
@@ -187,6 +195,7 @@ def run_robot(args: RobotTrainArgs, make_link: MakeLink) -> RobotResults:
     """
     check_output_dir(args)
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    set_control_threads(args.control_torch_threads)
     periods = ControlPeriods()
     results_path = args.output_dir / RESULTS_FILE
     with contextlib.ExitStack() as stack:
@@ -201,6 +210,16 @@ def run_robot(args: RobotTrainArgs, make_link: MakeLink) -> RobotResults:
         results = RobotResults.of(state, learner, periods, stop_reason(args, state))
         results.save(results_path)
         return results
+
+
+def set_control_threads(torch_threads: int | None) -> None:
+    """Use `torch_threads` torch threads here (None: all cores but one, at most torch's default).
+
+    The learner keeps the core left out (`LearnerLinkOptions.torch_threads`).
+    """
+    if torch_threads is None:
+        torch_threads = max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) - 1))
+    torch.set_num_threads(torch_threads)
 
 
 def start_loop(
@@ -239,7 +258,7 @@ def start_env_and_learner(
         ValueError: When a resumed run's env gives observations of other sizes.
     """
     run_dir, device = args.output_dir / RUN_DIR, args.learner_device
-    options = LearnerLinkOptions(learner_timeout_s=args.learner_timeout_s)
+    options = LearnerLinkOptions(learner_timeout_s=args.learner_timeout_s, nice=args.learner_nice)
     if not args.resume:
         env = stack.enter_context(make_robot_env(args, args.stage2.chunk_len, console, periods))
         dims = RLTDims.from_observation_space(env.observation_space)

@@ -58,6 +58,16 @@ def test_the_clock_measures_step_to_step_periods_within_episodes():
     assert ControlPeriods().summary()["control_period_p50_s"] is None
 
 
+def test_the_clock_counts_the_periods_over_1_1_times_the_nominal_one_as_late():
+    periods = ControlPeriods()
+    periods.nominal_period_s, periods.periods_s = 0.1, [0.1] * 97 + [0.109, 0.12, 0.5]
+    summary = periods.summary()
+    assert summary["control_period_late_steps"] == 2 and summary["control_period_max_s"] == 0.5
+    assert summary["control_period_p50_s"] == summary["control_period_p95_s"] == 0.1
+    periods.nominal_period_s = None  # a simulator keeps no period: nothing is late
+    assert periods.summary()["control_period_late_steps"] is None
+
+
 def test_the_status_line_names_the_episode_the_driver_and_the_learners_counters():
     state = RobotRunState(episodes=2, successes=1, env_steps=240)
     learner = LearnerStatus(updates=80, replay_size=12, actor_ready=True)
