@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -29,20 +29,9 @@ from tqdm import tqdm
 
 from recorders.provenance import instruction_of, label_chunk, provenance_of
 from wrappers.chunking import ChunkResult, StepPolicy, execute_chunk
-from wrappers.info_keys import (
-    ACTION_SOURCE_KEY,
-    ACTOR_SWITCH_KEY,
-    EXECUTED_ACTION_KEY,
-    INTERVENE_FLAG_KEY,
-    INTERVENTION_REQUESTED_KEY,
-    NEXT_ACTION_SOURCE_KEY,
-    RECORD_TRANSITION_KEY,
-    RLT_POLICY_SWITCH_EVENT_KEY,
-    RLT_SWITCH_FLAGS_KEY,
-    SKIPPED_CHUNKS_KEY,
-    SKIPPED_REWARD_KEY,
-)
+from wrappers.info_keys import SKIPPED_CHUNKS_KEY, SKIPPED_REWARD_KEY
 from wrappers.rlt import rlt_chunk_shape
+from wrappers.switch_info import DriverSource, switch_info
 from wrappers.takeover import ExpertTakeover
 from wrappers.teleop import HumanTakeover
 from wrappers.triggers import SwitchEvent, SwitchTrigger
@@ -51,24 +40,11 @@ logger = logging.getLogger(__name__)
 
 ChunkSource = Callable[[Any], np.ndarray | StepPolicy]
 """Reference policy: current observation -> an action chunk (H, A) or a closed-loop step policy."""
-DriverSource = Literal["vla", "actor", "expert", "human"]
 PREDICTION_MODELS: dict[str, str] = {"vla": "policy-switch:vla-reference", "actor": "rlt-actor"}
 """The `model` of the predictions the switch logs (`log_predictions`), by source."""
 DEFAULT_HORIZON = 10
 RESET_PROGRESS_DELAY_S = 5.0
 """A drop-in reset running longer than this shows a progress bar (chunks, episodes) on stderr."""
-SWITCH_INFO_KEYS: tuple[str, ...] = (
-    RLT_SWITCH_FLAGS_KEY,
-    RLT_POLICY_SWITCH_EVENT_KEY,
-    ACTOR_SWITCH_KEY,
-    RECORD_TRANSITION_KEY,
-    INTERVENTION_REQUESTED_KEY,
-    INTERVENE_FLAG_KEY,
-    EXECUTED_ACTION_KEY,
-    ACTION_SOURCE_KEY,
-    NEXT_ACTION_SOURCE_KEY,
-)
-"""The keys the switch adds to every step's and reset's info (`wrappers.info_keys`)."""
 
 
 class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -258,8 +234,18 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if self.log_predictions:
             self._instruction = instruction_of(self.env, info)
         self._episode_over = False
-        empty_chunk = np.zeros((0, self.action_dim), np.float32)
-        self._info = {**info, **self._switch_info(None, False, False, empty_chunk, update.event)}
+        self._info = {
+            **info,
+            **switch_info(
+                source=None,
+                decided_in_critical_phase=False,
+                decided_takeover=False,
+                executed_actions=np.zeros((0, self.action_dim), np.float32),
+                event=update.event,
+                switch_on=self._switch_on,
+                next_source=self.next_action_source,
+            ),
+        }
 
     def _skip_to_actor(self) -> tuple[Any, dict[str, Any]]:
         skipped_chunks, skipped_reward, ended_episodes = 0, 0.0, 0
@@ -318,12 +304,14 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._episode_over = result.done
         event = self._update_switch(result)
         info.update(
-            self._switch_info(
-                source,
-                decided_in_critical_phase,
-                decided_takeover,
-                result.executed_actions,
-                event,
+            switch_info(
+                source=source,
+                decided_in_critical_phase=decided_in_critical_phase,
+                decided_takeover=decided_takeover,
+                executed_actions=result.executed_actions,
+                event=event,
+                switch_on=self._switch_on,
+                next_source=self.next_action_source,
             )
         )
         self._info = info
@@ -366,26 +354,6 @@ class PolicySwitch(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 self.human_takeover.hand_over(result.executed_actions[-1])
             self._human_engaged = engaged
         return update.event
-
-    def _switch_info(
-        self,
-        source: DriverSource | None,
-        decided_in_critical_phase: bool,
-        decided_takeover: bool,
-        executed_actions: np.ndarray,
-        event: SwitchEvent | None,
-    ) -> dict[str, Any]:
-        return {
-            RLT_SWITCH_FLAGS_KEY: self._switch_on,
-            RLT_POLICY_SWITCH_EVENT_KEY: event,
-            ACTOR_SWITCH_KEY: source == "actor",
-            RECORD_TRANSITION_KEY: decided_in_critical_phase,
-            INTERVENTION_REQUESTED_KEY: decided_takeover,
-            INTERVENE_FLAG_KEY: source in ("expert", "human"),
-            EXECUTED_ACTION_KEY: executed_actions,
-            ACTION_SOURCE_KEY: source,
-            NEXT_ACTION_SOURCE_KEY: self.next_action_source,
-        }
 
     def _chunk_shape(self, horizon: int | None) -> tuple[int, int]:
         if self._step_chunk is None:

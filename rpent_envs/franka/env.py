@@ -21,8 +21,9 @@ from rpent_envs.franka.backend import (
     FrankaControlError,
     RobotSnapshot,
 )
-from rpent_envs.franka.camera import BlankCamera, Camera
+from rpent_envs.franka.camera import Camera
 from rpent_envs.franka.config import FrankaConfig
+from rpent_envs.franka.devices import make_backend, make_cameras
 from rpent_envs.franka.pose import Pose, limit_step
 from rpent_envs.franka.safety import SafetyBox
 from rpent_envs.state_checks import INVALID_STATE_KEY, LastFiniteState
@@ -151,15 +152,8 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.box = safety_box(self.config)
         self.task_description = self.config.instruction
         self.success_fn = success_fn
-        self.backend = self._make_backend(backend)
-        self.cameras = {
-            key: built
-            for key, choice, serial in (
-                ("image", camera, self.config.camera_serial),
-                ("wrist_image", wrist_camera, self.config.wrist_camera_serial),
-            )
-            if (built := self._make_camera(key, choice, serial)) is not None
-        }
+        self.backend = make_backend(backend, self.config)
+        self.cameras = make_cameras(self.config, camera, wrist_camera)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
         spaces = {"state": gym.spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32)}
         size = self.config.image_size
@@ -172,38 +166,6 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self._needs_reconnect = False
         self._tick_s = time.monotonic()
         self._states = LastFiniteState("Franka env")
-
-    def _make_backend(self, backend: str | FrankaBackend) -> FrankaBackend:
-        if not isinstance(backend, str):
-            return backend
-        if backend == "memory":
-            from rpent_envs.franka.memory_backend import MemoryFrankaBackend
-
-            return MemoryFrankaBackend()
-        if backend == "franky":
-            from rpent_envs.franka.franky_backend import FrankyBackend
-
-            config = self.config
-            return FrankyBackend(
-                config.host, config.realtime, config.torque_threshold_nm, config.force_threshold_n
-            )
-        raise ValueError(f"backend={backend!r}: use 'franky', 'memory' or a backend object")
-
-    def _make_camera(self, key: str, camera: str | Camera, serial: str | None) -> Camera | None:
-        if not isinstance(camera, str):
-            return camera
-        if camera == "realsense":
-            from rpent_envs.franka.camera import RealSenseCamera
-
-            return RealSenseCamera(self.config.image_size, serial)
-        if camera == "blank":
-            return BlankCamera(self.config.image_size)
-        if camera == "none":
-            return None
-        argument = "camera" if key == "image" else "wrist_camera"
-        raise ValueError(
-            f"{argument}={camera!r}: use 'none', 'realsense', 'blank' or a camera object"
-        )
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

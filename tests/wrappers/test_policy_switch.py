@@ -11,8 +11,9 @@ import rpent_envs
 from recorders.trajectory import TrajectoryReader
 from rpent_envs.maniskill.expert import PegInsertionExpert
 from wrappers import policy_switch
-from wrappers.policy_switch import SWITCH_INFO_KEYS, PolicySwitch
+from wrappers.policy_switch import PolicySwitch
 from wrappers.record import RecordTrajectory
+from wrappers.switch_info import SWITCH_INFO_KEYS
 from wrappers.takeover import ExpertTakeover, as_step_policy
 from wrappers.triggers import AutoGate
 
