@@ -285,12 +285,17 @@ class LearningResults:
         os.replace(temporary, path)
 
     def _plot_test(self, axes: Any) -> None:
-        """The final actor and the base on the test seeds, with their 95% intervals."""
-        test, steps = self.test, self.env_steps
-        for rate, interval, colour, label in (
-            (test.success_rate, test.success_ci95, "tab:red", "actor, test seeds"),
-            (test.base_success_rate, test.base_success_ci95, "black", "base, test seeds"),
-        ):
+        """The final actor and the base on the test seeds, with their 95% intervals.
+
+        The two stand a little apart on the steps axis, so equal rates do not hide each other.
+        """
+        test, offset = self.test, 0.015 * self.env_steps
+        for rate, interval, steps, colour, label in (
+            (test.success_rate, test.success_ci95, self.env_steps - offset, "tab:red",
+             "actor, test seeds"),
+            (test.base_success_rate, test.base_success_ci95, self.env_steps + offset, "black",
+             "base, test seeds"),
+        ):  # fmt: skip
             error = [[rate - interval[0]], [interval[1] - rate]]
             axes.errorbar([steps], [rate], yerr=error, fmt="s", color=colour, capsize=4,
                           label=f"{label} ({len(test.seeds)})")  # fmt: skip
