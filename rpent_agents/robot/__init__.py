@@ -2,9 +2,10 @@
 
 The command: `train` (`rpent-stage2-robot`: `main`, `train`, `RobotResults`), `config`
 (`RobotTrainArgs`, `OperatorConfig`, the presets), `control_loop` (`ControlLoop`: one env, a
-local actor, the learner never waited for), `robot_env` (the env with the operator's console,
-the recorder and the control clock), `control_period` (`ControlPeriods`) and `status` (the
-status line).
+local actor, the learner never waited for), `local_policy` (`LocalPolicy`: the local actor
+and, with Q-ranked acting, critic; chunks picked as `rpent-stage2` picks them), `robot_env`
+(the env with the operator's console, the recorder and the control clock), `control_period`
+(`ControlPeriods`) and `status` (the status line).
 
 The learner side: `learner_service` (`LearnerService`: the Stage 2 learner of a run, its
 replay, saves and weights), `learner_host` (its update and heartbeat threads),
@@ -40,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "LearnerService": "rpent_agents.robot.learner_service",
     "LearnerSetup": "rpent_agents.robot.learner_service",
     "LearnerStatus": "rpent_agents.robot.learner_service",
+    "LocalPolicy": "rpent_agents.robot.local_policy",
     "LearnerLinkOptions": "rpent_agents.robot.learner_host",
     "LearnerReady": "rpent_agents.robot.learner_host",
     "LearnerLink": "rpent_agents.robot.learner_link",

@@ -2,13 +2,14 @@
 
 `ControlLoop` drives one env of an RLT id built with `skip_inactive=False` (every chunk comes
 back to the loop, whoever drove it): it steps chunk after chunk at the env's rate, acting with
-its own CPU copy of the trained actor (with the exploration noise, as `rpent-stage2` trains),
-and between two chunks it
+its own CPU copy of the trained actor (with the exploration noise, as `rpent-stage2` trains;
+with Q-ranked acting its copy of the critic picks the chunk, `local_policy.LocalPolicy`), and
+between two chunks it
 
 - checks the learner's health (`LearnerLink.health`): a dead or stalled learner stops the run
   at once: nothing more is sent to the arm, so it holds still where the last chunk left it (no
   chunk is replayed), and `LearnerLostError` says what happened and how to resume;
-- takes the learner's news (`poll`): newer weights are loaded into the local actor, and the
+- takes the learner's news (`poll`): newer weights are loaded into the local copies, and the
   env's `actor_ready` follows the weights' (until the learner's warm-up is done the VLA's
   reference drives: an untrained actor never takes the arm);
 - sends the chunk's replay transition at once (`stage2.transitions.build_transition`).
@@ -40,9 +41,9 @@ import torch
 
 from rpent_agents.robot.learner_link import LearnerLink
 from rpent_agents.robot.learner_service import LearnerStatus
+from rpent_agents.robot.local_policy import LocalPolicy
 from rpent_agents.robot.run_state import RobotRunState
 from rpent_agents.robot.status import StatusLine, status_text
-from rpent_agents.stage2.algorithm import act_chunks
 from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.transitions import RLT_OBS_KEYS, build_transition
@@ -106,6 +107,7 @@ class ControlLoop:
     Attributes:
         state: The run's counters (the learner's saved ones at the start).
         learner_status: The learner's latest status.
+        policy: The local actor (and critic) the learner's weights are loaded into.
         actor_ready: Whether the actor may drive (the learner's warm-up is done).
     """
 
@@ -132,7 +134,7 @@ class ControlLoop:
         self.console, self.status, self.episode_ended = console, status, episode_ended
         self.state = dataclasses.replace(link.run_state)
         self.learner_status = LearnerStatus()
-        self.actor = link.acting_spec.build_actor("cpu")
+        self.policy = LocalPolicy(link.acting_spec, "cpu")
         self.actor_ready = False
         env.set_wrapper_attr("actor_ready", False)  # until the learner's weights say otherwise
         self.generator = torch.Generator().manual_seed(
@@ -194,14 +196,15 @@ class ControlLoop:
         return report
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """The actor's flat chunk, with its exploration noise, when it drives next.
+        """The actor's flat chunk, exploring as `rpent-stage2` does, when it drives next.
 
-        Zeros otherwise: another driver runs its own chunk.
+        With Q-ranked acting the local critic picks it among perturbations of the actor's and
+        the reference's (`LocalPolicy.act`). Zeros otherwise: another driver runs its own chunk.
         """
         if self.env.get_wrapper_attr("next_action_source") != "actor":
             return self._idle_action
         batch = {key: np.asarray(obs[key])[None] for key in RLT_OBS_KEYS}
-        return act_chunks(self.actor, batch, deterministic=False, generator=self.generator)[0]
+        return self.policy.act(batch, deterministic=False, generator=self.generator)[0]
 
     def count_chunk(self, chunk: ChunkInfo, report: EpisodeReport) -> None:
         """Add an executed chunk's steps to the run's counters and the episode's report."""
@@ -247,11 +250,11 @@ class ControlLoop:
         )
 
     def take_learner_news(self) -> None:
-        """Load newer weights into the local actor; let it drive once the learner says so."""
+        """Load newer weights into the local copies; the actor drives once the learner says so."""
         weights, self.learner_status = self.link.poll()
         if weights is None:
             return
-        weights.load_into(self.actor)
+        self.policy.load(weights)
         if weights.actor_ready != self.actor_ready:
             self.actor_ready = weights.actor_ready
             self.env.set_wrapper_attr("actor_ready", self.actor_ready)

@@ -13,10 +13,13 @@ the run's counters (`RobotRunState`) and its run folder. The control loop reache
 - `end_episode(state)`: save the learner, the replay, the optimizers and the counters as one
   set (`stage2.checkpoint.save_run`), after everything added before;
 - `weights()`: the trained actor as numpy (`ActorWeights`), with the warm-up's verdict
-  `actor_ready`; `status()`: the counters a status line shows (`LearnerStatus`).
+  `actor_ready`, and with Q-ranked acting (`Stage2Config.acting_samples` > 0, and only then)
+  the critic; `status()`: the counters a status line shows (`LearnerStatus`).
 
 Which actor acts: while training, the control loop acts with the trained actor plus its fixed
-noise (`ActingSpec.noise_std`), as `rpent-stage2` explores; the deterministic policy to deploy
+noise (`ActingSpec.noise_std`), as `rpent-stage2` explores, and with Q-ranked acting its copy
+of the critic picks the chunk among perturbations of the actor's and the reference's, with
+`rpent-stage2`'s own code (`robot.local_policy.LocalPolicy`); the deterministic policy to deploy
 is the run folder's `weights.pt`, the acting actor (its Polyak average when
 `Stage2Config.acting_actor_tau` is set), loaded with `stage2.checkpoint.load_actor`.
 
@@ -45,7 +48,7 @@ from rpent_agents.robot.run_state import RobotRunState
 from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner
-from rpent_agents.stage2.networks import Actor, RLTDims
+from rpent_agents.stage2.networks import Actor, RLTDims, TwinQCritic
 from rpent_agents.stage2.replay import RLTTransition
 
 RUN_STATE_KEY = "robot_run_state"
@@ -56,15 +59,22 @@ SAVED_EPISODES_KEY = "saved_episodes"
 
 @dataclass(frozen=True)
 class ActingSpec:
-    """How the control loop builds and drives its local copy of the actor (sent once).
+    """How the control loop builds and drives its local copies of the networks (sent once).
 
     Attributes:
         dims: The RLT observation sizes.
         chunk_len: H, actions per chunk.
-        hidden_dim: Width of the actor's hidden layers.
+        hidden_dim: Width of the actor's and the critic's hidden layers.
         actor_layers: Hidden layers of the actor.
         noise_std: Std of the fixed noise training acts with (`act_chunks(...,
             deterministic=False)`).
+        critic_layers: Hidden layers of each Q head.
+        num_q_heads: Q heads of the critic.
+        acting_samples: `Stage2Config.acting_samples`: > 0, the critic is published with
+            the actor and ranks the candidate chunks (`stage2.algorithm.acting_ranking`).
+        acting_sample_std: `Stage2Config.acting_sample_std`.
+        eval_q_filter: `Stage2Config.eval_q_filter` (acting deterministically).
+        eval_consensus: `Stage2Config.eval_consensus` (acting deterministically).
     """
 
     dims: RLTDims
@@ -72,18 +82,41 @@ class ActingSpec:
     hidden_dim: int
     actor_layers: int
     noise_std: float
+    critic_layers: int = 3
+    num_q_heads: int = 2
+    acting_samples: int = 0
+    acting_sample_std: float = 0.0
+    eval_q_filter: bool = False
+    eval_consensus: bool = False
 
     @classmethod
     def of_config(cls, config: Stage2Config, dims: RLTDims) -> ActingSpec:
-        """The spec of the actor a learner with `config` and `dims` trains."""
-        return cls(dims, config.chunk_len, config.hidden_dim, config.actor_layers,
-                   config.actor_noise_std)  # fmt: skip
+        """The spec of the networks a learner with `config` and `dims` trains."""
+        return cls(
+            dims, config.chunk_len, config.hidden_dim, config.actor_layers,
+            config.actor_noise_std, config.critic_layers, config.num_q_heads,
+            config.acting_samples, config.acting_sample_std, config.eval_q_filter,
+            config.eval_consensus,
+        )  # fmt: skip
+
+    @property
+    def ranks_chunks(self) -> bool:
+        """Whether acting is Q-ranked: the learner publishes its critic with the actor."""
+        return self.acting_samples > 0
 
     def build_actor(self, device: str | torch.device = "cpu") -> Actor:
         """An actor of these sizes (initial weights: load an `ActorWeights` into it)."""
         actor = Actor(self.dims, self.chunk_len, self.hidden_dim, self.actor_layers,
                       self.noise_std)  # fmt: skip
         return actor.to(device).eval().requires_grad_(False)
+
+    def build_critic(self, device: str | torch.device = "cpu") -> TwinQCritic | None:
+        """A critic of these sizes with Q-ranked acting (load `ActorWeights` into it); else None."""
+        if not self.ranks_chunks:
+            return None
+        critic = TwinQCritic(self.dims, self.chunk_len, self.hidden_dim, self.critic_layers,
+                             self.num_q_heads)  # fmt: skip
+        return critic.to(device).eval().requires_grad_(False)
 
 
 @dataclass(frozen=True)
@@ -97,17 +130,39 @@ class ActorWeights:
         actor_ready: Whether the actor may drive (`Stage2Learner.ready_for_online`: its
             warm-up is done); until then the VLA's reference drives.
         state_dict: The actor's parameters, by name, as copies.
+        critic_state_dict: The critic's, with Q-ranked acting (`ActingSpec.ranks_chunks`);
+            else None.
     """
 
     version: int
     update_step: int
     actor_ready: bool
     state_dict: dict[str, np.ndarray]
+    critic_state_dict: dict[str, np.ndarray] | None = None
 
-    def load_into(self, actor: Actor) -> None:
-        """Copy these weights into `actor` (built by `ActingSpec.build_actor`)."""
-        actor.load_state_dict({name: torch.tensor(values) for name, values in
-                               self.state_dict.items()})  # fmt: skip
+    def load_into(self, actor: Actor, critic: TwinQCritic | None = None) -> None:
+        """Copy these weights into `actor` and `critic` (built by `ActingSpec`'s builders).
+
+        Raises:
+            ValueError: When a critic is given and these weights hold none.
+        """
+        actor.load_state_dict(_tensors(self.state_dict))
+        if critic is None:
+            return
+        if self.critic_state_dict is None:
+            raise ValueError("these weights hold no critic: the learner's acting_samples is 0")
+        critic.load_state_dict(_tensors(self.critic_state_dict))
+
+
+def _tensors(state_dict: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {name: torch.tensor(values) for name, values in state_dict.items()}
+
+
+def _numpy_copies(module: torch.nn.Module) -> dict[str, np.ndarray]:
+    return {
+        name: tensor.detach().to("cpu", copy=True).numpy()
+        for name, tensor in module.state_dict().items()
+    }
 
 
 @dataclass(frozen=True)
@@ -262,19 +317,17 @@ class LearnerService:
         return self.saved_episodes
 
     def weights(self) -> ActorWeights:
-        """The trained actor's weights; a new version when the learner updated since the last."""
+        """The trained actor's (and critic's) weights; a new version after new updates."""
         with self._lock:
             learner, published = self.learner, self._weights
             if published is None or published.update_step != learner.update_step:
                 learner.wait_for_updates()
-                state_dict = {
-                    name: tensor.detach().to("cpu", copy=True).numpy()
-                    for name, tensor in learner.actor.state_dict().items()
-                }
+                critic = _numpy_copies(learner.critic) if self.acting_spec.ranks_chunks else None
                 version = 1 if published is None else published.version + 1
                 self._weights = ActorWeights(
-                    version, learner.update_step, learner.ready_for_online, state_dict
-                )
+                    version, learner.update_step, learner.ready_for_online,
+                    _numpy_copies(learner.actor), critic,
+                )  # fmt: skip
             return self._weights
 
     def status(self) -> LearnerStatus:

@@ -16,7 +16,7 @@ Example:
     False
 """
 
-from rpent_agents.stage2.algorithm import act_chunks
+from rpent_agents.stage2.acting import act_chunks
 from rpent_agents.stage2.checkpoint import (
     DEFAULT_ACTOR_DIR,
     TrainedActor,

@@ -14,9 +14,9 @@ reference order):
 3. every `target_update_every`-th update, a soft target update (tau).
 
 An optimizer step whose loss or gradient norm is NaN or inf is skipped, on the device, and
-counted in `skipped_steps` (`stage2.step_guard`). Acting is `act_chunks`: the actor's chunk,
-or the candidate chunk the critic values highest (`QRanking`: the reference's, perturbations
-of the actor's).
+counted in `skipped_steps` (`stage2.step_guard`). Acting is `stage2.acting`'s `act_chunks`:
+the actor's chunk, or the candidate chunk the critic values highest (`QRanking`: the
+reference's, perturbations of the actor's).
 
 Every update runs on the current stream and reads nothing back from the device. This module
 does not hold the replay buffer, the update schedule, the loss weights' schedule, the CUDA
@@ -27,23 +27,20 @@ streams and graphs or training's acting copies: those are `stage2.learner`'s
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from rpent_agents.stage2 import losses
+from rpent_agents.stage2.acting import QRanking, act_chunks, acting_ranking, obs_to_tensors
 from rpent_agents.stage2.config import Stage2Config
-from rpent_agents.stage2.networks import Actor, RLTDims, RLTObs, TwinQCritic
+from rpent_agents.stage2.networks import Actor, RLTDims, TwinQCritic
 from rpent_agents.stage2.replay import RLTBatch, RLTTransition
 from rpent_agents.stage2.step_guard import step_unless_non_finite
 
 NETWORKS = ("critic", "actor")
-PERTURBATION_SEED = 20261207
-"""Seed of the fixed perturbations deterministic Q-ranked acting values (`QRanking`)."""
 ACTOR_SCALARS = (
     "actor/actor_loss",
     "q_pi",
@@ -236,19 +233,12 @@ class Stage2Algorithm:
         return act_chunks(actor, obs, deterministic, self.noise_generator, ranking)
 
     def q_ranking(self, critic: TwinQCritic, deterministic: bool) -> QRanking | None:
-        """How `critic` chooses the chunk that acts (`QRanking`); None: the actor's chunk.
-
-        Exploring ranks with `acting_samples`; acting deterministically ranks with them too,
-        or between the actor's and the reference's chunk alone with `eval_q_filter`, and with
-        `eval_consensus` only by every head's value.
-        """
+        """How `critic` chooses the chunk that acts: `acting_ranking` of this config."""
         config = self.config
-        consensus = deterministic and config.eval_consensus
-        if config.acting_samples > 0:
-            return QRanking(critic, config.acting_samples, config.acting_sample_std, consensus)
-        if deterministic and config.eval_q_filter:
-            return QRanking(critic, consensus=consensus)
-        return None
+        return acting_ranking(
+            critic, deterministic, config.acting_samples, config.acting_sample_std,
+            config.eval_q_filter, config.eval_consensus,
+        )  # fmt: skip
 
     def _skipped_step_counts(self) -> dict[str, torch.Tensor]:
         """Copies of the skip counters as they stand after the updates queued so far."""
@@ -261,104 +251,6 @@ def _adam(module: torch.nn.Module, lr: float, capturable: bool) -> torch.optim.A
     # The fused kernel updates all parameters at once (CPU and CUDA); the default per-parameter
     # loop dominates the update time of networks this small. It also skips non-finite steps.
     return torch.optim.Adam(module.parameters(), lr=lr, fused=True, capturable=capturable)
-
-
-def obs_to_tensors(obs: Mapping[str, np.ndarray], device: torch.device) -> RLTObs:
-    """A batched RLT Dict observation (numpy or tensors) as an `RLTObs` on `device`."""
-
-    def tensor(key: str) -> torch.Tensor:
-        return torch.as_tensor(obs[key], dtype=torch.float32, device=device)
-
-    return RLTObs(tensor("z_rl"), tensor("proprio"), tensor("ref_chunk"))
-
-
-@dataclass(frozen=True)
-class QRanking:
-    """How acting lets a critic choose among candidate chunks (docs/design.md §4, acting).
-
-    The candidates are the actor's chunk, `samples` perturbations of its mean (noise of std
-    `sample_std` before the tanh: drawn anew when exploring, fixed perturbations when acting
-    deterministically, so an evaluated episode depends only on its seed) and the reference
-    chunk; the critic's minimum over its heads values each and the best runs, ties keeping
-    the actor's (`q_ranked`). With no samples this is `Stage2Config.eval_q_filter`'s choice
-    between the actor's and the reference's chunk.
-
-    With `consensus`, a candidate other than the reference may run only where every head of
-    the critic values it above the reference: where the heads disagree (early in training,
-    away from the data) the reference runs, so the critic's noise cannot make the policy
-    worse than the reference it starts from.
-
-    Attributes:
-        critic: The critic that values the candidates.
-        samples: Perturbations of the actor's mean among the candidates.
-        sample_std: Std of the perturbations, before the tanh.
-        consensus: Let a candidate beat the reference only by every head's value.
-    """
-
-    critic: TwinQCritic
-    samples: int = 0
-    sample_std: float = 0.0
-    consensus: bool = False
-
-
-@torch.no_grad()
-def act_chunks(
-    actor: Actor,
-    obs: Mapping[str, np.ndarray],
-    deterministic: bool = True,
-    generator: torch.Generator | None = None,
-    ranking: QRanking | None = None,
-) -> np.ndarray:
-    """Flat action chunks (B, H*A) of `actor` for batched RLT observations (numpy).
-
-    Args:
-        actor: The actor (on any device).
-        obs: Batched RLT observations (`z_rl` (B, D), `proprio` (B, P), `ref_chunk`).
-        deterministic: Use the mean (evaluation) instead of adding the fixed noise.
-        generator: Random source of the noise (the default generator when None).
-        ranking: A critic that chooses among the actor's chunk, perturbations of it and the
-            reference's (`QRanking`); None: the actor's chunks.
-    """
-    device = next(actor.parameters()).device
-    rlt_obs = obs_to_tensors(obs, device)
-    if ranking is None:
-        chunk = actor(rlt_obs, deterministic=deterministic, generator=generator)
-    else:
-        candidates = candidate_chunks(actor, rlt_obs, ranking, deterministic, generator)
-        chunk = q_ranked(ranking.critic, rlt_obs, candidates, ranking.consensus)
-    return chunk.flatten(1).cpu().numpy()
-
-
-def candidate_chunks(
-    actor: Actor,
-    obs: RLTObs,
-    ranking: QRanking,
-    deterministic: bool,
-    generator: torch.Generator | None,
-) -> torch.Tensor:
-    """(B, K, H, A): the actor's chunk, `ranking.samples` perturbations, the reference's."""
-    mean = actor.pre_tanh_mean(obs)
-    own = mean if deterministic else mean + actor.noise_std * _normal(mean.shape, generator, mean)
-    perturbations = (
-        fixed_perturbations(ranking.samples, mean.shape[-1]).to(mean.device)[None]
-        if deterministic
-        else _normal((ranking.samples, *mean.shape), generator, mean).transpose(0, 1)
-    )
-    sampled = mean[:, None] + ranking.sample_std * perturbations.expand(mean.shape[0], -1, -1)
-    reference = obs.ref_chunk[:, None, : actor.chunk_len].clamp(-1.0, 1.0)
-    return torch.cat([actor.squash(own)[:, None], actor.squash(sampled), reference], dim=1)
-
-
-def _normal(
-    shape: tuple[int, ...], generator: torch.Generator | None, like: torch.Tensor
-) -> torch.Tensor:
-    return torch.randn(shape, generator=generator, device=like.device, dtype=like.dtype)
-
-
-@functools.cache
-def fixed_perturbations(count: int, size: int) -> torch.Tensor:
-    """(count, size) standard normal draws, the same at every call: deterministic acting."""
-    return torch.randn((count, size), generator=torch.Generator().manual_seed(PERTURBATION_SEED))
 
 
 @torch.no_grad()
@@ -377,27 +269,3 @@ def first_head_q_values(
     actions = np.stack([transition.action for transition in transitions])
     action = torch.as_tensor(actions, dtype=torch.float32, device=device)
     return critic(obs, action)[:, 0].tolist()
-
-
-@torch.no_grad()
-def q_ranked(
-    critic: TwinQCritic, obs: RLTObs, candidates: torch.Tensor, consensus: bool = False
-) -> torch.Tensor:
-    """Per sample, the candidate chunk (of (B, K, H, A)) the critic values highest.
-
-    The critic values each candidate by the minimum over its heads, one call per candidate
-    (the batch of an evaluation stays the workers' batch: its float rounding does not depend
-    on how many candidates there are); ties keep the earlier candidate (the actor's comes
-    first: another runs only where the critic expects it to do better). With `consensus` the
-    last candidate is the reference, and another may run only where every head values it
-    above the reference (`QRanking.consensus`).
-    """
-    count = candidates.shape[1]
-    heads = torch.stack([critic(obs, candidates[:, index]) for index in range(count)], dim=1)
-    q_values = heads.min(dim=-1).values
-    if consensus:
-        beats_reference = (heads > heads[:, -1:]).all(dim=-1)
-        beats_reference[:, -1] = True
-        q_values = q_values.masked_fill(~beats_reference, -torch.inf)
-    best = q_values.argmax(dim=1)
-    return candidates[torch.arange(candidates.shape[0], device=candidates.device), best]

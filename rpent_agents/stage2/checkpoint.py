@@ -39,7 +39,7 @@ import torch
 
 from rpent_agents.common.atomic_save import complete_interrupted_save, staged_save
 from rpent_agents.common.finite_checks import require_finite_tensors
-from rpent_agents.stage2.algorithm import QRanking, act_chunks
+from rpent_agents.stage2.acting import QRanking, act_chunks
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import Actor, RLTDims, TwinQCritic

@@ -37,11 +37,11 @@ import numpy as np
 import torch
 
 from rpent_agents.common.devices import resolve_device
+from rpent_agents.stage2.acting import act_chunks
 from rpent_agents.stage2.algorithm import (
     ACTOR_SCALARS,
     Stage2Algorithm,
     UpdateKind,
-    act_chunks,
     actor_updates_between,
     first_head_q_values,
 )

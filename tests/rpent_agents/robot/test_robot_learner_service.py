@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from robot_learner_helpers import (
     DIMS,
     WARMUP_UPDATES,
@@ -10,7 +11,7 @@ from robot_learner_helpers import (
     warmup_config,
 )
 
-from rpent_agents.robot import LearnerService, RobotRunState
+from rpent_agents.robot import LearnerService, LocalPolicy, RobotRunState
 from rpent_agents.stage2 import Stage2Config, Stage2Learner, act_chunks, save_run
 
 pytestmark = pytest.mark.slow
@@ -69,6 +70,39 @@ def test_weights_change_version_with_the_actor_and_load_into_the_acting_copy(tmp
         service.learner.act(obs, deterministic=True),
     )
     assert actor.noise_std == service.learner.config.actor_noise_std
+    assert trained.critic_state_dict is None and service.acting_spec.build_critic() is None
+
+
+def random_obs(batch, seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "z_rl": rng.normal(size=(batch, DIMS.z_dim)).astype(np.float32),
+        "proprio": rng.normal(size=(batch, DIMS.proprio_dim)).astype(np.float32),
+        "ref_chunk": rng.uniform(-1, 1, (batch, DIMS.ref_chunk_len, DIMS.action_dim)).astype(
+            np.float32
+        ),
+    }
+
+
+def test_the_robot_loop_picks_the_chunk_rpent_stage2_picks_with_q_ranked_acting(tmp_path):
+    config = warmup_config(acting_samples=4, acting_sample_std=0.5, eval_consensus=True)
+    service = LearnerService.fresh(config, DIMS, tmp_path / "run")
+    service.add([numbered_transition(number) for number in range(6)])
+    run_all_owed(service)
+    weights = service.weights()
+    assert weights.critic_state_dict is not None and service.acting_spec.ranks_chunks
+    policy = LocalPolicy(service.acting_spec)
+    policy.load(weights)
+    learner, obs = service.learner, random_obs(32, seed=3)
+    # deterministic: the mean and the fixed perturbations, consensus over the heads
+    chosen = policy.act(obs, deterministic=True)
+    np.testing.assert_array_equal(chosen, learner.act(obs, deterministic=True))
+    # exploring: the same noise and perturbations from the same random state
+    learner.noise_generator.manual_seed(11)
+    exploring = policy.act(obs, deterministic=False, generator=torch.Generator().manual_seed(11))
+    np.testing.assert_array_equal(exploring, learner.act(obs, deterministic=False))
+    # the critic did choose: some chunks are not the actor's own
+    assert not np.array_equal(exploring, act_chunks(policy.actor, obs, deterministic=True))
 
 
 def test_end_episode_saves_a_set_that_resumes(tmp_path):

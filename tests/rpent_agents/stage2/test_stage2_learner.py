@@ -6,7 +6,7 @@ import torch
 from stage2_helpers import CHUNK_LEN, DIMS, rlt_obs, transition
 
 from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner, losses
-from rpent_agents.stage2.algorithm import act_chunks, obs_to_tensors
+from rpent_agents.stage2.acting import act_chunks, obs_to_tensors
 
 SMALL = {"chunk_len": CHUNK_LEN, "hidden_dim": 32, "batch_size": 16, "device": "cpu"}
 
