@@ -71,7 +71,7 @@ class ActingSpec:
         critic_layers: Hidden layers of each Q head.
         num_q_heads: Q heads of the critic.
         acting_samples: `Stage2Config.acting_samples`: > 0, the critic is published with
-            the actor and ranks the candidate chunks (`stage2.algorithm.acting_ranking`).
+            the actor and ranks the candidate chunks (`stage2.acting.acting_ranking`).
         acting_sample_std: `Stage2Config.acting_sample_std`.
         eval_q_filter: `Stage2Config.eval_q_filter` (acting deterministically).
         eval_consensus: `Stage2Config.eval_consensus` (acting deterministically).

@@ -3,7 +3,7 @@
 `LocalPolicy` holds a CPU copy of the trained actor and, with Q-ranked acting
 (`Stage2Config.acting_samples` > 0: `ActingSpec.ranks_chunks`), of the critic; the learner's
 `ActorWeights` are loaded into both. It picks a chunk with `rpent-stage2`'s own code
-(`stage2.algorithm.act_chunks` with `acting_ranking`'s `QRanking`): for the same weights,
+(`stage2.acting.act_chunks` with `acting_ranking`'s `QRanking`): for the same weights,
 observation and random state it picks the chunk `Stage2Learner.act` picks, exploring (fresh
 noise and perturbations) or deterministically (the mean and the fixed perturbations). Without
 Q-ranked acting no critic is sent, so acting is the actor's chunk (`eval_q_filter` then plays

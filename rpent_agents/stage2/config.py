@@ -135,7 +135,7 @@ class Stage2Config:
     eval_consensus: bool = False
     """When acting deterministically (evaluation, deployment), a chunk other than the
     reference's runs only where every head of the critic values it above the reference's
-    (`stage2.algorithm.QRanking.consensus`): where the heads disagree, early in training or
+    (`stage2.acting.QRanking.consensus`): where the heads disagree, early in training or
     away from the data, the reference runs, so the critic's noise cannot take the policy
     below the reference it starts from. Needs `eval_q_filter` or `acting_samples`. Off in
     the reference."""
