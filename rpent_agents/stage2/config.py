@@ -266,9 +266,10 @@ class Stage2Config:
 
         `sample_efficient()` rescheduled for 30k env steps, about an hour of a 10 Hz arm:
         learning from the first few hundred transitions, more updates per transition, the
-        actor ready after a short warm-up, Q-ranked acting among perturbations of its chunk
-        and the reference, and at evaluation a chunk other than the reference's only where
-        every head of the critic prefers it (docs/agents/training.md#presets-and-options).
+        actor ready after a short warm-up, and at evaluation the actor's chunk only where
+        every head of the critic prefers it to the reference's; Q-ranked acting among
+        perturbations (`acting_samples`) stays off: it learned less within 30k env steps
+        (docs/agents/training.md#presets-and-options).
         """
         preset = {
             "learning_starts": 200,
@@ -276,7 +277,6 @@ class Stage2Config:
             "weight_warmup_updates": 1000,
             "weight_ramp_updates": 3000,
             "update_epoch": 40,
-            "acting_samples": 8,
             "eval_consensus": True,
         }
         return cls.sample_efficient(**(preset | overrides))

@@ -172,9 +172,10 @@ PRESETS = {
     ),
     "robot-hour": (
         "RLT within about an hour of robot time: 30k env steps in all, learning after 200 "
-        "transitions, 8 updates per transition, the actor ready after 1500 updates, Q-ranked "
-        "acting among 8 perturbations of its chunk and the reference; evaluations every 5k "
-        "env steps on the held-out seeds, the final one on the test seeds 50000..50255",
+        "transitions, 8 updates per transition, the actor ready after 1500 updates, at "
+        "evaluation the actor's chunk only where every critic head prefers it to the "
+        "reference's; evaluations every 5k env steps on the held-out seeds, the final one on "
+        "the test seeds 50000..50255",
         Stage2TrainArgs.robot_hour(),
     ),
 }

@@ -168,7 +168,9 @@ def test_robot_hour_reports_on_test_seeds_and_never_lets_an_unready_actor_drive(
         script=("-m", "rpent_agents.stage2.train", "robot-hour"),
     )  # fmt: skip
     results = json.loads((output_dir / "results.json").read_text())
-    assert results["args"]["stage2"]["acting_samples"] == 8
+    stage2 = results["args"]["stage2"]
+    assert stage2["acting_samples"] == 0 and stage2["eval_consensus"]
+    assert stage2["update_epoch"] == 40
     assert results["train_seed"] == 100_000 and results["test_seeds"] == [50_000, 50_001]
     assert results["intervention_env_steps"] >= 0 and results["updates"] > 0
     # not ready: every evaluation measured the reference, so the base's figure on its seeds
