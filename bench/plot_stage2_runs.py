@@ -21,6 +21,8 @@ class Args:
     runs: list[str]
     """label=path/to/results.json, one per run (all on the same held-out seeds)."""
     output: Path
+    card: str = "H200"
+    """The card the runs ran on, named in the title."""
 
 
 def main(args: Args) -> None:
@@ -40,7 +42,7 @@ def main(args: Args) -> None:
         xlabel="training env steps",
         ylabel=f"success rate ({seeds} held-out seeds)",
         ylim=(0.4, 1.0),
-        title="Stage 2 on the peg RLT stack (H200)",
+        title=f"Stage 2 on the peg RLT stack ({args.card})",
     )
     axes.legend(fontsize=8)
     args.output.parent.mkdir(parents=True, exist_ok=True)
