@@ -14,6 +14,10 @@ between two chunks it
   reference drives: an untrained actor never takes the arm);
 - sends the chunk's replay transition at once (`stage2.transitions.build_transition`).
 
+A reset motion that the arm stopped and recovered from (`FrankaResetAborted`: franky-sim's
+planner fails one now and then; a real arm's reflex) is tried again, with the same seed, up to
+`RESET_ATTEMPTS` times in all, each failure logged; then the command ends on it.
+
 At an episode's end it counts the episode in the run's `RobotRunState` and sends it to the
 learner (`end_episode`), which saves the run as one set: a kill at any moment loses at most
 the episode in progress. Between episodes it waits for the operator's reset key when asked;
@@ -47,9 +51,12 @@ from rpent_agents.robot.status import StatusLine, status_text
 from rpent_agents.stage2.chunk_info import ChunkInfo
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.transitions import RLT_OBS_KEYS, build_transition
+from rpent_envs.franka.backend import FrankaResetAborted
 from wrappers.console import OperatorConsole
 
 logger = logging.getLogger(__name__)
+RESET_ATTEMPTS = 3
+"""Tries of a reset whose motion the arm stopped and recovered from, before the run ends."""
 
 
 class LearnerLostError(RuntimeError):
@@ -176,7 +183,8 @@ class ControlLoop:
         self.check_learner()  # before the reset moves the arm
         started_s = time.monotonic()
         report = EpisodeReport()
-        obs, info = self.env.reset(seed=self.state.next_seed(self.plan.first_seed))
+        seed = self.state.next_seed(self.plan.first_seed)
+        obs, info = reset_where_recovered(self.env, seed, self.show)
         done = False
         while not done:
             self.check_learner()
@@ -284,6 +292,29 @@ class ControlLoop:
         if self.status is not None:
             total_env_steps, learner = self.plan.total_env_steps, self.learner_status
             self.status.show(status_text(activity, self.state, total_env_steps, learner, running))
+
+
+def reset_where_recovered(
+    env: gym.Env, seed: int, show: Callable[[str], None]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """`env.reset(seed=seed)`, tried `RESET_ATTEMPTS` times in all where the arm stopped it.
+
+    A try that raises `FrankaResetAborted` (the arm stopped the reset motion and recovered) is
+    logged, shown (`show`) and run again from where the arm holds.
+
+    Raises:
+        FrankaResetAborted: When the last try fails so too.
+    """
+    attempt = 1
+    while True:
+        try:
+            return env.reset(seed=seed)
+        except FrankaResetAborted as error:
+            if attempt == RESET_ATTEMPTS:
+                raise
+            logger.warning("%s (try %d of %d)", error, attempt, RESET_ATTEMPTS)
+            show(f"reset again after: {error}")
+            attempt += 1
 
 
 def episode_scalars(report: EpisodeReport, learner: LearnerStatus) -> dict[str, Any]:

@@ -21,6 +21,13 @@ class FrankaControlError(RuntimeError):
     """The robot aborted a motion (reflex, safety function, control error); it needs a recovery."""
 
 
+class FrankaResetAborted(FrankaControlError):
+    """A reset motion stopped on an error the automatic recovery cleared; reset() again goes on.
+
+    The arm holds where the motion stopped.
+    """
+
+
 class FrankaConnectionError(ConnectionError):
     """The connection to the robot is lost; nothing more can be sent until it is re-established."""
 

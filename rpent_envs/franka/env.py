@@ -19,6 +19,7 @@ from rpent_envs.franka.backend import (
     FrankaCommandError,
     FrankaConnectionError,
     FrankaControlError,
+    FrankaResetAborted,
     RobotSnapshot,
 )
 from rpent_envs.franka.camera import Camera
@@ -104,7 +105,8 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     - a reflex or control error (also in the middle of an action chunk): the arm's reflex
       stopped it, the env runs the automatic recovery, commands a stop and truncates the
       episode with `info["control_error"]`, so a chunk executor stops there; when the recovery
-      fails, `FrankaControlError` says how to clear the error;
+      fails, `FrankaControlError` says how to clear the error; a reset motion stopped so, and
+      recovered from, raises `FrankaResetAborted` (reset() again goes on);
     - a lost connection raises `FrankaConnectionError` naming the arm; nothing can be sent,
       and the arm stops itself when its command stream stops (FCI's communication watchdog;
       franky-sim holds still likewise). The episode is over and `reset()` reconnects.
@@ -335,7 +337,7 @@ class FrankaEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             settled = self.backend.wait_until_settled(self.config.reset_timeout_s)
         except FrankaControlError as error:
             self._recover_or_raise(error)
-            raise FrankaControlError(
+            raise FrankaResetAborted(
                 f"reset motion aborted: {error}. The arm recovered; call reset() again"
             ) from error
         if not settled:

@@ -1,4 +1,5 @@
-"""The robot command's parts that need no process: its arguments, the clock, the status line."""
+"""The robot command's parts that need no process: its arguments, the clock, the status line,
+the reset tried again."""
 
 import dataclasses
 
@@ -9,8 +10,12 @@ import pytest
 import rpent_envs
 from rpent_agents.robot import ControlPeriods, LearnerStatus, RobotRunState, RobotTrainArgs
 from rpent_agents.robot.config import PRESETS
+from rpent_agents.robot.control_loop import RESET_ATTEMPTS, reset_where_recovered
 from rpent_agents.robot.status import status_text
 from rpent_agents.robot.train import check_output_dir
+from rpent_envs.franka.backend import FrankaControlError, FrankaResetAborted
+from rpent_envs.franka.env import FrankaEnv
+from rpent_envs.franka.memory_backend import MemoryFrankaBackend
 
 
 def test_env_kwargs_go_over_the_presets_and_the_chunk_length_is_the_learners():
@@ -76,3 +81,29 @@ def test_the_status_line_names_the_episode_the_driver_and_the_learners_counters(
         "replay 12 | actor ready"
     )
     assert status_text("done", state, 1000, learner, running=False).startswith("episodes 2 | done")
+
+
+class PlannerFailing(MemoryFrankaBackend):
+    """The in-memory arm whose first `failures` motions fail as franky-sim's planner's can."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def wait_until_settled(self, timeout_s: float) -> bool:
+        if self.failures > 0:
+            self.failures -= 1
+            raise FrankaControlError("Motion planner failed with error code -111")
+        return super().wait_until_settled(timeout_s)
+
+
+def test_a_reset_the_arm_stopped_and_recovered_from_is_tried_again(caplog):
+    env, shown = FrankaEnv(backend=PlannerFailing(RESET_ATTEMPTS - 1)), []
+    obs, _ = reset_where_recovered(env, 3, shown.append)
+    assert obs in env.observation_space and env.backend.failures == 0
+    assert len(shown) == RESET_ATTEMPTS - 1 and "error code -111" in shown[0]
+    assert f"(try 1 of {RESET_ATTEMPTS})" in caplog.text
+    # one failure more than the tries: the last one ends the reset
+    env = FrankaEnv(backend=PlannerFailing(RESET_ATTEMPTS))
+    with pytest.raises(FrankaResetAborted, match="call reset\\(\\) again"):
+        reset_where_recovered(env, 3, shown.append)
