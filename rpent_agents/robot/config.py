@@ -80,6 +80,9 @@ class RobotTrainArgs:
     episode that reaches them."""
     max_episodes: int | None = None
     """Episodes of the whole run after which it stops (None: no limit)."""
+    final_updates: int = 0
+    """Updates the learner runs after the run's last episode, before its last save, whatever
+    its schedule owes: training on the whole replay that costs no robot time (0: none)."""
     stage2: Stage2Config = field(default_factory=Stage2Config)
     """Stage 2 hyperparameters (the learner's)."""
     learner: Literal["process", "ray"] = "process"

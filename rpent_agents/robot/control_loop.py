@@ -20,8 +20,9 @@ planner fails one now and then; a real arm's reflex) is tried again, with the sa
 
 At an episode's end it counts the episode in the run's `RobotRunState` and sends it to the
 learner (`end_episode`), which saves the run as one set: a kill at any moment loses at most
-the episode in progress. Between episodes it waits for the operator's reset key when asked;
-that wait is neither robot time nor env steps.
+the episode in progress. With the run's last episode it asks for `LoopPlan.final_updates` more
+updates before that save: the arm is done, so they cost no robot time. Between episodes it
+waits for the operator's reset key when asked; that wait is neither robot time nor env steps.
 
 Example:
     >>> loop = ControlLoop(env, link, LoopPlan(total_env_steps=2000, max_episodes=None,
@@ -73,6 +74,8 @@ class LoopPlan:
         first_seed: Reset seed of the run's first episode; episode k uses first_seed + k.
         config: The learner's Stage 2 config (chunk length, how transitions are stored).
         wait_for_reset_key: Wait for the operator's reset key before each episode.
+        final_updates: Updates the learner runs after the run's last episode, before its
+            last save, whatever its schedule owes (0: none).
     """
 
     total_env_steps: int
@@ -80,6 +83,7 @@ class LoopPlan:
     first_seed: int
     config: Stage2Config
     wait_for_reset_key: bool = False
+    final_updates: int = 0
 
 
 @dataclass
@@ -233,7 +237,7 @@ class ControlLoop:
         state.failures += int(not report.success)
         state.robot_time_s += report.robot_time_s
         state.wall_time_s = self._wall_time_before_s + time.monotonic() - self._started_s
-        self.link.end_episode(state)
+        self.link.end_episode(state, 0 if self.goes_on() else self.plan.final_updates)
         logger.info(
             "episode %d: %s after %d env steps (%d by a human or expert, %d by the actor)",
             state.episodes, "success" if report.success else "failure", report.env_steps,

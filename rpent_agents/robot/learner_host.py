@@ -132,7 +132,7 @@ class LearnerHost:
                 self.service.add(payload)
                 self._work.set()
             elif kind == "end_episode":
-                self.service.end_episode(payload)
+                self.service.end_episode(*payload)
                 self.publish("status", self.service.status())
             else:
                 raise ValueError(f"unknown learner message {kind!r}")

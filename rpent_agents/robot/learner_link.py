@@ -75,8 +75,8 @@ class LearnerLink(Protocol):
     def send(self, transitions: Sequence[RLTTransition]) -> None:
         """Queue the transitions for storing (do not change them afterwards)."""
 
-    def end_episode(self, state: RobotRunState) -> None:
-        """Queue the save of the run with `state`, after the transitions sent before."""
+    def end_episode(self, state: RobotRunState, extra_updates: int = 0) -> None:
+        """Queue the save of the run with `state` after what was sent and `extra_updates`."""
 
     def poll(self) -> tuple[ActorWeights | None, LearnerStatus]:
         """The newest weights since the last poll (None: none newer) and the latest status."""
@@ -210,9 +210,9 @@ class ProcessLearnerLink:
         """Queue the transitions for the learner (pickled later: do not change them)."""
         self._to_learner.put(("transitions", list(transitions)))
 
-    def end_episode(self, state: RobotRunState) -> None:
-        """Queue the save of the run with (a copy of) `state`."""
-        self._to_learner.put(("end_episode", dataclasses.replace(state)))
+    def end_episode(self, state: RobotRunState, extra_updates: int = 0) -> None:
+        """Queue the save of the run with (a copy of) `state`, after `extra_updates` updates."""
+        self._to_learner.put(("end_episode", (dataclasses.replace(state), extra_updates)))
 
     def poll(self) -> tuple[ActorWeights | None, LearnerStatus]:
         """The newest weights since the last poll (or None) and the latest status."""

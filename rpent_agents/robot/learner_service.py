@@ -10,8 +10,10 @@ the run's counters (`RobotRunState`) and its run folder. The control loop reache
   `update_schedule` the reference `rlt_schedule` (`warmup_updates`, then `update_epoch` per
   `train_every_transitions`), without it `update_epoch` per stored transition (one train step
   per chunk, as `rpent-stage2` runs one per vector step);
-- `end_episode(state)`: save the learner, the replay, the optimizers and the counters as one
-  set (`stage2.checkpoint.save_run`), after everything added before;
+- `end_episode(state, extra_updates)`: save the learner, the replay, the optimizers and the
+  counters as one set (`stage2.checkpoint.save_run`), after everything added before; after the
+  run's last episode, first `extra_updates` updates whatever the schedule owes (the run's
+  `--final-updates`: training that costs no robot time);
 - `weights()`: the trained actor as numpy (`ActorWeights`), with the warm-up's verdict
   `actor_ready`, and with Q-ranked acting (`Stage2Config.acting_samples` > 0, and only then)
   the critic; `status()`: the counters a status line shows (`LearnerStatus`).
@@ -300,11 +302,13 @@ class LearnerService:
             self._snapshot = self._make_status()
         return count
 
-    def end_episode(self, state: RobotRunState) -> int:
+    def end_episode(self, state: RobotRunState, extra_updates: int = 0) -> int:
         """Save the learner, replay, optimizers and `state` into the run folder as one set.
 
         Args:
             state: The run's counters after the episode.
+            extra_updates: Updates to run before the save, whatever the schedule owes (they
+                count against what it owes later).
 
         Returns:
             The episode-end saves of the run so far.
@@ -313,6 +317,9 @@ class LearnerService:
             ValueError: When a network holds NaN or inf (nothing is written).
         """
         with self._lock:
+            if extra_updates > 0:
+                self._latest_scalars = self.learner.run_updates(extra_updates)
+                self.learner.schedule.record_updates(extra_updates)
             self._save(state, self.saved_episodes + 1)
         return self.saved_episodes
 

@@ -156,9 +156,9 @@ class RayLearnerLink:
         """Send the transitions to the learner (fire-and-forget)."""
         self._deliver("transitions", list(transitions))
 
-    def end_episode(self, state: RobotRunState) -> None:
-        """Have the learner save the run with `state` (fire-and-forget)."""
-        self._deliver("end_episode", dataclasses.replace(state))
+    def end_episode(self, state: RobotRunState, extra_updates: int = 0) -> None:
+        """Have the learner save the run with `state` after `extra_updates` (fire-and-forget)."""
+        self._deliver("end_episode", (dataclasses.replace(state), extra_updates))
 
     def _deliver(self, kind: str, payload: Any) -> Any:
         return self.actor.deliver.remote(next(self._numbers), kind, payload)

@@ -206,7 +206,9 @@ def run_robot(args: RobotTrainArgs, make_link: MakeLink) -> RobotResults:
         except LearnerLostError as error:
             RobotResults.of(loop.state, loop.learner_status, periods, str(error)).save(results_path)
             raise
-        learner = last_saved_status(loop.link, state.episodes, timeout_s=60.0)
+        if args.final_updates > 0:
+            logger.info("the learner runs %d updates before its last save", args.final_updates)
+        learner = last_saved_status(loop.link, state.episodes)
         results = RobotResults.of(state, learner, periods, stop_reason(args, state))
         results.save(results_path)
         return results
@@ -235,7 +237,7 @@ def start_loop(
     stack.callback(status.close)
     plan = LoopPlan(
         args.total_env_steps, args.max_episodes, args.seed, link.config,
-        wait_for_reset_key=args.operator.wait_for_reset_key,
+        wait_for_reset_key=args.operator.wait_for_reset_key, final_updates=args.final_updates,
     )  # fmt: skip
     records = EpisodeRecords(args.output_dir, log, periods)
     return ControlLoop(env, link, plan, console, status, records)
@@ -283,13 +285,13 @@ def stop_reason(args: RobotTrainArgs, state: RobotRunState) -> str:
     return "total_env_steps"
 
 
-def last_saved_status(link: LearnerLink, episodes: int, timeout_s: float) -> LearnerStatus:
-    """The learner's status once it has saved `episodes` episodes (the latest at timeout)."""
-    deadline_s = time.monotonic() + timeout_s
+def last_saved_status(link: LearnerLink, episodes: int) -> LearnerStatus:
+    """The learner's status once it has saved `episodes` episodes, or the latest if it is lost.
+
+    A learner that stalls stops its heartbeat (`LearnerLink.health`): no fixed time limit.
+    """
     _, status = link.poll()
-    while status.saved_episodes < episodes and time.monotonic() < deadline_s:
-        if link.health() is not None:
-            break
+    while status.saved_episodes < episodes and link.health() is None:
         time.sleep(0.05)
         _, status = link.poll()
     return status

@@ -6,6 +6,7 @@ import dataclasses
 import gymnasium as gym
 import numpy as np
 import pytest
+from agent_helpers import memory_franka_kwargs, tiny_checkpoint
 
 import rpent_envs
 from rpent_agents.robot import ControlPeriods, LearnerStatus, RobotRunState, RobotTrainArgs
@@ -16,6 +17,8 @@ from rpent_agents.robot.train import check_output_dir
 from rpent_envs.franka.backend import FrankaControlError, FrankaResetAborted
 from rpent_envs.franka.env import FrankaEnv
 from rpent_envs.franka.memory_backend import MemoryFrankaBackend
+from wrappers.key_source import KeyPressQueue
+from wrappers.triggers import KeyboardTrigger
 
 
 def test_env_kwargs_go_over_the_presets_and_the_chunk_length_is_the_learners():
@@ -97,12 +100,21 @@ class PlannerFailing(MemoryFrankaBackend):
         return super().wait_until_settled(timeout_s)
 
 
-def test_a_reset_the_arm_stopped_and_recovered_from_is_tried_again(caplog):
+def test_a_reset_the_arm_stopped_and_recovered_from_is_tried_again(caplog, tmp_path):
     env, shown = FrankaEnv(backend=PlannerFailing(RESET_ATTEMPTS - 1)), []
     obs, _ = reset_where_recovered(env, 3, shown.append)
     assert obs in env.observation_space and env.backend.failures == 0
     assert len(shown) == RESET_ATTEMPTS - 1 and "error code -111" in shown[0]
     assert f"(try 1 of {RESET_ATTEMPTS})" in caplog.text
+    # the robot loop's env, made by gym.make: its first reset failed, and it steps
+    trigger = KeyboardTrigger(key_source=KeyPressQueue().subscribe(["b"]))
+    kwargs = memory_franka_kwargs() | {"backend": PlannerFailing(1), "skip_inactive": False}
+    checkpoint = tiny_checkpoint(tmp_path / "checkpoint", 19, 7, 20)
+    stack = gym.make(
+        rpent_envs.FRANKA_RLT_ID, checkpoint=str(checkpoint), trigger=trigger, **kwargs
+    )
+    obs, _ = reset_where_recovered(stack, 3, shown.append)
+    assert stack.step(np.zeros(stack.action_space.shape, np.float32))[0] in stack.observation_space
     # one failure more than the tries: the last one ends the reset
     env = FrankaEnv(backend=PlannerFailing(RESET_ATTEMPTS))
     with pytest.raises(FrankaResetAborted, match="call reset\\(\\) again"):

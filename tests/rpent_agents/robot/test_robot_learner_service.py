@@ -121,6 +121,20 @@ def test_end_episode_saves_a_set_that_resumes(tmp_path):
         np.testing.assert_array_equal(resumed.weights().state_dict[name], values)
 
 
+def test_a_last_save_after_final_updates_keeps_them(tmp_path):
+    run_dir = tmp_path / "run"
+    service = LearnerService.fresh(warmup_config(), DIMS, run_dir)
+    service.add([numbered_transition(number) for number in range(5)])
+    owed = run_all_owed(service)
+    before = {name: values.copy() for name, values in service.weights().state_dict.items()}
+    state = RobotRunState(env_steps=50, episodes=1, successes=1, seeds_handed_out=1)
+    assert service.end_episode(state, extra_updates=7) == 1  # nothing was owed: 7 more
+    resumed = LearnerService.resume(run_dir)
+    assert resumed.status().updates == owed + 7 and resumed.update_some(100) == 0
+    changed = resumed.weights().state_dict
+    assert any(not np.array_equal(changed[name], values) for name, values in before.items())
+
+
 def test_refuses_to_overwrite_a_run_and_to_resume_one_without_robot_counters(tmp_path):
     LearnerService.fresh(warmup_config(), DIMS, tmp_path / "robot")
     with pytest.raises(FileExistsError, match="holds a run"):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from agent_helpers import memory_franka_kwargs
+from gymnasium.utils.env_checker import check_env as gym_check_env
 
 import rpent_envs
 from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
@@ -56,6 +57,14 @@ def test_spaces_are_the_reference_chunk_20_and_the_actor_chunk_10(franka_checkpo
     assert space["z_rl"].shape == (DIM,) and space["proprio"].shape == (STATE_DIM,)
     assert space["ref_chunk"].shape == (REFERENCE_LEN, ACTION_DIM)
     assert env.action_space == gym.spaces.Box(-1, 1, (ACTOR_LEN * ACTION_DIM,), np.float32)
+    env.close()
+
+
+def test_passes_gymnasiums_checker_that_gym_make_leaves_out(franka_checkpoint):
+    env = make_env(franka_checkpoint, KeyPressQueue(), skip_inactive=False)
+    assert gym.spec(rpent_envs.FRANKA_RLT_ID).disable_env_checker is True
+    # (its close check makes another env from the spec, whose kwargs hold a key queue)
+    gym_check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
     env.close()
 
 

@@ -55,6 +55,7 @@ class SolidColourCamera:
 def test_registered_nondeterministic_and_passes_both_checkers():
     env = gym.make(rpent_envs.FRANKA_ID, backend="memory", period_s=0.0)
     assert env.spec.nondeterministic is True and env.spec.max_episode_steps == 300
+    assert env.spec.disable_env_checker is True  # checked here instead
     gym_check_env(env.unwrapped, skip_render_check=True)
     sb3_check_env(env.unwrapped)
     env.close()

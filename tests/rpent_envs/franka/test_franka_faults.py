@@ -131,9 +131,12 @@ def test_a_dropped_connection_sends_nothing_until_reset_reconnects():
 # franky-sim.
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fault_sim(start_sim):
-    return start_sim(fault=True)
+    """A server of its own per test: no client a test left connected can hold up the next."""
+    sim = start_sim(fault=True)
+    yield sim
+    sim.stop()
 
 
 def sim_env(sim):
