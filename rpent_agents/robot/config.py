@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import tyro
 
-from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.rlt_stack import GATE_FIELDS, PegRLTConfig
 from rpent_agents.stage2.config import Stage2Config
 from rpent_envs import FRANKA_RLT_ID, PEG_RLT_ID
 from wrappers.operator import OperatorKeys
@@ -129,6 +129,15 @@ class RobotTrainArgs:
                 raise ValueError(f"{flag} {text!r}: give a JSON object of gym.make kwargs")
             kwargs |= values
         return kwargs | {"chunk_len": chunk_len}
+
+    def gate_settings(self) -> dict[str, Any]:
+        """The env's gate fields that the preset or --env-kwargs set (`GATE_FIELDS`).
+
+        Stored with the run's actor (`LearnerSetup.gate`); the fields not set keep their
+        defaults wherever the actor acts.
+        """
+        kwargs = self.make_kwargs(self.stage2.chunk_len)
+        return {name: kwargs[name] for name in GATE_FIELDS if name in kwargs}
 
 
 def changed_fields(config: Any) -> dict[str, Any]:

@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,6 +58,8 @@ RUN_STATE_KEY = "robot_run_state"
 """The save's `extra` entry holding the `RobotRunState`."""
 SAVED_EPISODES_KEY = "saved_episodes"
 """The save's `extra` entry counting the episode-end saves of the run."""
+GATE_KEY = "gate"
+"""The save's `extra` entry holding `LearnerSetup.gate` (a resumed run saves it again)."""
 
 
 @dataclass(frozen=True)
@@ -201,12 +204,16 @@ class LearnerSetup:
         config: The Stage 2 config of a fresh run; None: resume the run in `run_dir`.
         dims: The RLT observation sizes of a fresh run.
         device: The learner's torch device ("auto": cuda when available, else cpu).
+        gate: When the actor drives in the env of a fresh run (its gate fields as plain
+            values, `rlt_stack.GATE_FIELDS`), saved with the actor's weights so that whoever
+            acts with them opens the same gate (`stage2.checkpoint.load_actor`).
     """
 
     run_dir: Path
     config: Stage2Config | None = None
     dims: RLTDims | None = None
     device: str = "auto"
+    gate: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self) -> LearnerService:
         """A fresh service (`config` given) or the run saved in `run_dir`."""
@@ -214,7 +221,7 @@ class LearnerSetup:
             return LearnerService.resume(self.run_dir, self.device)
         if self.dims is None:
             raise ValueError("LearnerSetup.dims is needed with a config (a fresh run)")
-        return LearnerService.fresh(self.config, self.dims, self.run_dir, self.device)
+        return LearnerService.fresh(self.config, self.dims, self.run_dir, self.device, self.gate)
 
 
 class LearnerService:
@@ -226,12 +233,17 @@ class LearnerService:
         run_dir: Path,
         run_state: RobotRunState,
         saved_episodes: int = 0,
+        gate: Mapping[str, Any] | None = None,
     ) -> None:
-        """Serve `learner`, saving into `run_dir`; use `fresh` or `resume` to build one."""
+        """Serve `learner`, saving into `run_dir` with `gate` (`LearnerSetup.gate`).
+
+        Use `fresh` or `resume` to build one.
+        """
         self.learner = learner
         self.run_dir = Path(run_dir)
         self.run_state = run_state
         self.saved_episodes = saved_episodes
+        self.gate = dict(gate or {})
         self.acting_spec = ActingSpec.of_config(learner.config, learner.dims)
         self._lock = threading.Lock()
         self._weights: ActorWeights | None = None
@@ -240,7 +252,12 @@ class LearnerService:
 
     @classmethod
     def fresh(
-        cls, config: Stage2Config, dims: RLTDims, run_dir: Path, device: str | None = None
+        cls,
+        config: Stage2Config,
+        dims: RLTDims,
+        run_dir: Path,
+        device: str | None = None,
+        gate: Mapping[str, Any] | None = None,
     ) -> LearnerService:
         """A new learner for a new run, saved at once into `run_dir` (zero counters).
 
@@ -255,7 +272,7 @@ class LearnerService:
                 f"{run_dir} holds a run; resume it (LearnerSetup without a config, --resume) "
                 "or choose another folder"
             )
-        service = cls(Stage2Learner(config, dims, device), run_dir, RobotRunState())
+        service = cls(Stage2Learner(config, dims, device), run_dir, RobotRunState(), gate=gate)
         with service._lock:
             service._save(RobotRunState(), saved_episodes=0)
         return service
@@ -275,7 +292,8 @@ class LearnerService:
                 "rpent-stage2-robot); resume it with the command that wrote it"
             )
         run_state = RobotRunState.from_dict(extra[RUN_STATE_KEY])
-        return cls(learner, run_dir, run_state, int(extra.get(SAVED_EPISODES_KEY, 0)))
+        saved_episodes = int(extra.get(SAVED_EPISODES_KEY, 0))
+        return cls(learner, run_dir, run_state, saved_episodes, extra.get(GATE_KEY))
 
     def add(self, transitions: Iterable[RLTTransition]) -> int:
         """Store the transitions (non-finite ones are refused and counted); returns how many."""
@@ -350,8 +368,12 @@ class LearnerService:
 
     def _save(self, state: RobotRunState, saved_episodes: int) -> None:
         """Write the run folder's set with `state`; call with the lock held."""
-        extra = {RUN_STATE_KEY: state.to_dict(), SAVED_EPISODES_KEY: saved_episodes}
-        save_run(self.learner, self.run_dir, extra=extra)
+        extra = {
+            RUN_STATE_KEY: state.to_dict(),
+            SAVED_EPISODES_KEY: saved_episodes,
+            GATE_KEY: self.gate,
+        }
+        save_run(self.learner, self.run_dir, extra=extra, gate=self.gate)
         self.run_state, self.saved_episodes = dataclasses.replace(state), saved_episodes
         self._snapshot = self._make_status()
 

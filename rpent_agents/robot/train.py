@@ -264,7 +264,8 @@ def start_env_and_learner(
     if not args.resume:
         env = stack.enter_context(make_robot_env(args, args.stage2.chunk_len, console, periods))
         dims = RLTDims.from_observation_space(env.observation_space)
-        link = make_link(LearnerSetup(run_dir, args.stage2, dims, device), options)
+        setup = LearnerSetup(run_dir, args.stage2, dims, device, args.gate_settings())
+        link = make_link(setup, options)
         return env, stack.enter_context(link)
     link = stack.enter_context(make_link(LearnerSetup(run_dir, device=device), options))
     logger.info("resuming %s with its saved Stage 2 config (--stage2.* ignored)", run_dir)

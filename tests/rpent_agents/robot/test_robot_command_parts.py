@@ -29,6 +29,11 @@ def test_env_kwargs_go_over_the_presets_and_the_chunk_length_is_the_learners():
     kwargs = overridden.make_kwargs(chunk_len=5)
     assert kwargs["render_backend"] == "gpu" and kwargs["expert_takeover"] is True
     assert kwargs["chunk_len"] == 5
+    # the gate the actor is saved with: the preset's second phase, the id's default trigger
+    assert args.gate_settings() == {"missed_grasp_chunks": 4}
+    always_on = dataclasses.replace(args, env_kwargs='{"trigger_mode": "always_on"}')
+    assert always_on.gate_settings() == {"missed_grasp_chunks": 4, "trigger_mode": "always_on"}
+    assert PRESETS["real-robot"][1].gate_settings() == {}  # the Franka's key b
     for text, message in (("{host: 1}", "--env-kwargs .* is not JSON"), ("[1]", "JSON object")):
         with pytest.raises(ValueError, match=message):
             RobotTrainArgs(env_kwargs=text).make_kwargs(chunk_len=10)

@@ -13,6 +13,7 @@ from robot_learner_helpers import (
 
 from rpent_agents.robot import LearnerService, LocalPolicy, RobotRunState
 from rpent_agents.stage2 import Stage2Config, Stage2Learner, act_chunks, save_run
+from rpent_agents.stage2.checkpoint import actor_gate
 
 pytestmark = pytest.mark.slow
 
@@ -133,6 +134,15 @@ def test_a_last_save_after_final_updates_keeps_them(tmp_path):
     assert resumed.status().updates == owed + 7 and resumed.update_some(100) == 0
     changed = resumed.weights().state_dict
     assert any(not np.array_equal(changed[name], values) for name, values in before.items())
+
+
+def test_the_gate_of_a_fresh_run_is_saved_with_the_actor_and_kept_by_a_resumed_one(tmp_path):
+    run_dir, gate = tmp_path / "run", {"trigger_mode": "always_on", "missed_grasp_chunks": 4}
+    service = LearnerService.fresh(warmup_config(), DIMS, run_dir, gate=gate)
+    assert actor_gate(run_dir) == gate
+    resumed = LearnerService.resume(run_dir)
+    resumed.end_episode(RobotRunState(episodes=1, env_steps=10, failures=1, seeds_handed_out=1))
+    assert resumed.gate == service.gate == gate and actor_gate(run_dir) == gate
 
 
 def test_refuses_to_overwrite_a_run_and_to_resume_one_without_robot_counters(tmp_path):

@@ -25,7 +25,7 @@ import torch
 from robot_command_helpers import COMMAND
 from scipy.stats import spearmanr
 
-from rpent_agents.stage2.checkpoint import resume_run
+from rpent_agents.stage2.checkpoint import actor_gate, resume_run
 from rpent_agents.stage2.losses import discounted_chunk_return
 from rpent_agents.stage2.networks import Actor, RLTObs
 
@@ -114,6 +114,8 @@ def test_the_stand_in_learner_values_the_chunks_by_their_return(tmp_path):
     results = run_stand_in(tmp_path / "standin", flip_td_bootstrap=False)
     assert results["episodes"] == 6 and 0 < results["successes"] < 6
     assert results["actor_env_steps"] == 0  # the reference drove every chunk
+    gate = {"trigger_mode": "always_on", "missed_grasp_chunks": 4}  # as it acts anywhere
+    assert actor_gate(tmp_path / "standin" / "run") == gate
     learner, chunks = judged_run(tmp_path / "standin")
     assert critic_rank_correlation(learner, chunks) >= LEARNED_RANK_CORRELATION
     trained_error, untrained_error = bc_errors(learner, chunks)
