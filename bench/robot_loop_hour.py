@@ -1,0 +1,212 @@
+"""Issue 52 in a robot owner's setting: the one-env robot loop for 30k env steps, then its curve.
+
+`rpent-stage2-robot sim-stand-in` (one env of RPent/PegInsertion-RLT-v0, the scripted expert
+taking over stalls in place of the human) trains with the robot-hour learner
+(`Stage2Config.robot_hour()`'s fields, given as --stage2 flags over the preset's) in segments of
+--segment-env-steps: each segment is the same command with --resume and a larger
+--total-env-steps (the learner process starts again; replay, weights, optimizers and counters
+carry on), and each segment's weights.pt is kept. A second run of the bench goes on from the
+segments it finds. Then the evaluations, with the vector env `rpent-eval-rlt` uses and the gate
+saved with the actor, no expert: the base once and each segment's actor on the validation
+seeds 0..99, then the base and the last actor on the test seeds 50000..50255, which nothing was
+chosen on.
+
+Writes <output-dir>/results.json (`LearningResults`: the keys `rpent-stage2` writes, among them
+`base_success_rate`, `final_success_rate`, `final_success_ci95`, `test_seeds`, `env_steps`,
+`intervention_env_steps`, `train_seed` and the critical phase) and success_curve.png; the
+command's own output under <output-dir>/loop/ and the segments' weights under segments/.
+
+Usage (CPU; --phase train or evaluate runs one half):
+    .venv/bin/python bench/robot_loop_hour.py --output-dir runs/loop_hour_a --train-seed 100000
+On a GPU host: --learner-device cuda --num-envs 8
+    --env-kwargs '{"render_backend": "gpu", "feature_device": "cuda"}'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import tyro
+
+from rpent_agents.common.devices import resolve_device
+from rpent_agents.robot.config import PRESETS
+from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.vector import make_rlt_vector_env
+from rpent_agents.stage2.checkpoint import actor_gate, load_actor
+from rpent_agents.stage2.config import Stage2Config
+from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
+from rpent_agents.stage2.networks import RLTDims
+from rpent_agents.stage2.results import LearningResults, TestEvaluation, wilson_interval
+
+COMMAND = [sys.executable, "-m", "rpent_agents.robot.train", "sim-stand-in"]
+SEGMENTS_FILE = "segments.json"
+
+
+@dataclass
+class Args:
+    output_dir: Path = Path("runs/loop_hour")
+    """Folder of the bench: loop/ (the command's run), segments/, results.json."""
+    phase: Literal["all", "train", "evaluate"] = "all"
+    total_env_steps: int = 30_000
+    segment_env_steps: int = 5_000
+    """Env steps between two kept weights (the curve's spacing)."""
+    train_seed: int = 100_000
+    """Reset seed of the first training episode (episode k uses train_seed + k)."""
+    stage2_seed: int = 0
+    learner_device: str = "cpu"
+    env_kwargs: str = "{}"
+    """gym.make kwargs of the training env and of the evaluation's, JSON (devices, rendering)."""
+    no_expert: bool = False
+    """Train without the scripted expert's takeovers."""
+    command_args: str = ""
+    """More flags for the command, after the bench's, as one string."""
+    val_seeds: tuple[int, int] = (0, 100)
+    """First validation seed and how many."""
+    test_seeds: tuple[int, int] = (50_000, 256)
+    """First test seed and how many (0: no test evaluation)."""
+    num_envs: int = 2
+    """Evaluation workers."""
+
+
+def robot_hour_flags() -> list[str]:
+    """`Stage2Config.robot_hour()`'s fields that differ from the sim-stand-in preset's."""
+    preset, hour = PRESETS["sim-stand-in"][1].stage2, Stage2Config.robot_hour()
+    flags = []
+    for item in dataclasses.fields(Stage2Config):
+        value = getattr(hour, item.name)
+        if value == getattr(preset, item.name):
+            continue
+        flag = "--stage2." + item.name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else flag.replace("--stage2.", "--stage2.no-"))
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def env_kwargs(args: Args) -> dict[str, Any]:
+    """The training env's gym.make kwargs over the preset's (the expert off with --no-expert)."""
+    return json.loads(args.env_kwargs) | ({"expert_takeover": False} if args.no_expert else {})
+
+
+def read_segments(output_dir: Path) -> list[dict[str, Any]]:
+    path = output_dir / SEGMENTS_FILE
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def train(args: Args) -> None:
+    """Run the command segment by segment, keeping each segment's weights and counters."""
+    loop_dir, weights_dir = args.output_dir / "loop", args.output_dir / "segments"
+    weights_dir.mkdir(parents=True, exist_ok=True)
+    segments = read_segments(args.output_dir)
+    done_steps = segments[-1]["env_steps"] if segments else 0
+    target = (done_steps // args.segment_env_steps + 1) * args.segment_env_steps
+    while done_steps < args.total_env_steps:
+        target = min(target, args.total_env_steps)
+        command = [
+            *COMMAND, "--output-dir", str(loop_dir), "--total-env-steps", str(target),
+            "--seed", str(args.train_seed), "--stage2.seed", str(args.stage2_seed),
+            "--learner-device", args.learner_device, "--env-kwargs", json.dumps(env_kwargs(args)),
+            *robot_hour_flags(), *args.command_args.split(),
+        ]  # fmt: skip
+        if (loop_dir / "run").exists():
+            command.append("--resume")
+        print(" ".join(command), flush=True)
+        started_s = time.monotonic()
+        subprocess.run(command, check=True)
+        results = json.loads((loop_dir / "results.json").read_text())
+        done_steps = results["env_steps"]
+        weights = weights_dir / f"{done_steps}.pt"
+        shutil.copy2(loop_dir / "run" / "weights.pt", weights)
+        keep = ("env_steps", "intervention_env_steps", "actor_env_steps", "updates",
+                "transitions", "episodes", "successes", "robot_time_s", "wall_time_s")  # fmt: skip
+        segment = {key: results[key] for key in keep if key in results}
+        segment_s = time.monotonic() - started_s
+        segments.append(segment | {"weights": weights.name, "segment_s": segment_s})
+        (args.output_dir / SEGMENTS_FILE).write_text(json.dumps(segments, indent=1))
+        target += args.segment_env_steps
+
+
+def evaluate(args: Args) -> LearningResults:
+    """The base and each segment's actor on the validation seeds, the last on the test seeds."""
+    segments = read_segments(args.output_dir)
+    if not segments:
+        raise SystemExit(f"no trained segments in {args.output_dir}: run --phase train first")
+    last = args.output_dir / "segments" / segments[-1]["weights"]
+    config = PegRLTConfig.sample_efficient(**env_kwargs(args)).with_gate_settings(actor_gate(last))
+    val = range(args.val_seeds[0], args.val_seeds[0] + args.val_seeds[1])
+    results = LearningResults(eval_seeds=list(val), train_seed=args.train_seed)
+    envs = make_rlt_vector_env(config, args.num_envs)
+    try:
+        flat = envs.single_action_space.shape[0]
+        dims = RLTDims.from_observation_space(envs.single_observation_space)
+        device = resolve_device(config.feature_device)
+
+        def base(seeds: range, label: str) -> EvalResult:
+            zeros = np.zeros((envs.num_envs, flat), np.float32)
+            return evaluate_on_seeds(envs, seeds, lambda obs: zeros, False, label)
+
+        base_val = base(val, "base, validation seeds")
+        results.base_success_rate = base_val.success_rate
+        results.base_successful_seeds = base_val.successful_seeds
+        results.base_critical_phase_median_steps = base_val.critical_phase_median_steps
+        for segment in segments:
+            actor = load_actor(args.output_dir / "segments" / segment["weights"], dims,
+                               config.chunk_len, device)  # fmt: skip
+            result = evaluate_on_seeds(envs, val, actor.act, actor.ready,
+                                       f"actor at {segment['env_steps']} env steps")  # fmt: skip
+            point = result.point(segment["env_steps"], segment["updates"],
+                                 segment["wall_time_s"], actor_ready=actor.ready)  # fmt: skip
+            results.add_eval(point)
+            print(f"{segment['env_steps']} env steps: {point.success_rate:.2f} "
+                  f"(base {base_val.success_rate:.2f})", flush=True)  # fmt: skip
+        if args.test_seeds[1] > 0:
+            test = range(args.test_seeds[0], args.test_seeds[0] + args.test_seeds[1])
+            base_test = base(test, "base, test seeds")
+            actor_test = evaluate_on_seeds(envs, test, actor.act, actor.ready, "actor, test seeds")
+            results.test = TestEvaluation(
+                seeds=list(test),
+                base_success_rate=base_test.success_rate,
+                base_success_ci95=wilson_interval(len(base_test.successful_seeds), len(test)),
+                base_successful_seeds=base_test.successful_seeds,
+                base_critical_phase_median_steps=base_test.critical_phase_median_steps,
+                success_rate=actor_test.success_rate,
+                success_ci95=wilson_interval(len(actor_test.successful_seeds), len(test)),
+                successful_seeds=actor_test.successful_seeds,
+                critical_phase_median_steps=actor_test.critical_phase_median_steps,
+                actor_ready=actor.ready,
+            )
+    finally:
+        envs.close()
+    final = segments[-1]
+    results.env_steps, results.updates = final["env_steps"], final["updates"]
+    results.transitions, results.wall_time_s = final["transitions"], final["wall_time_s"]
+    results.intervention_env_steps = final["intervention_env_steps"]
+    results.stop_reason = "total_env_steps"
+    results.args = dataclasses.asdict(args) | {"robot_hour_flags": robot_hour_flags()}
+    results.save(args.output_dir / "results.json")
+    results.plot(args.output_dir / "success_curve.png",
+                 title="One-env robot loop (sim stand-in), robot-hour learner")  # fmt: skip
+    return results
+
+
+def main(args: Args) -> None:
+    if args.phase in ("all", "train"):
+        train(args)
+    if args.phase in ("all", "evaluate"):
+        results = evaluate(args)
+        print(json.dumps({key: value for key, value in results.to_dict().items()
+                          if key not in ("evals", "args", "test")}, default=str))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
