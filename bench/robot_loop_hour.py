@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +42,7 @@ from rpent_agents.common.devices import resolve_device
 from rpent_agents.robot.config import PRESETS
 from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import make_rlt_vector_env
-from rpent_agents.stage2.checkpoint import actor_gate, load_actor
+from rpent_agents.stage2.checkpoint import TrainedActor, actor_gate, load_actor
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
 from rpent_agents.stage2.networks import RLTDims
@@ -137,7 +138,12 @@ def train(args: Args) -> None:
 
 
 def evaluate(args: Args) -> LearningResults:
-    """The base and each segment's actor on the validation seeds, the last on the test seeds."""
+    """The base and the segments' actors on the validation seeds, the last on the test seeds.
+
+    The most telling first (the base, the last actor, the test seeds, then the earlier
+    segments, latest first); results.json and the curve are written after each evaluation, so
+    a stopped evaluation keeps what it measured.
+    """
     segments = read_segments(args.output_dir)
     if not segments:
         raise SystemExit(f"no trained segments in {args.output_dir}: run --phase train first")
@@ -145,6 +151,12 @@ def evaluate(args: Args) -> LearningResults:
     config = PegRLTConfig.sample_efficient(**env_kwargs(args)).with_gate_settings(actor_gate(last))
     val = range(args.val_seeds[0], args.val_seeds[0] + args.val_seeds[1])
     results = LearningResults(eval_seeds=list(val), train_seed=args.train_seed)
+    final = segments[-1]
+    results.env_steps, results.updates = final["env_steps"], final["updates"]
+    results.transitions, results.wall_time_s = final["transitions"], final["wall_time_s"]
+    results.intervention_env_steps = final["intervention_env_steps"]
+    results.stop_reason = "total_env_steps"
+    results.args = dataclasses.asdict(args) | {"robot_hour_flags": robot_hour_flags()}
     envs = make_rlt_vector_env(config, args.num_envs)
     try:
         flat = envs.single_action_space.shape[0]
@@ -155,48 +167,56 @@ def evaluate(args: Args) -> LearningResults:
             zeros = np.zeros((envs.num_envs, flat), np.float32)
             return evaluate_on_seeds(envs, seeds, lambda obs: zeros, False, label)
 
+        def actor_of(segment: dict[str, Any]) -> TrainedActor:
+            weights = args.output_dir / "segments" / segment["weights"]
+            return load_actor(weights, dims, config.chunk_len, device)
+
         base_val = base(val, "base, validation seeds")
         results.base_success_rate = base_val.success_rate
         results.base_successful_seeds = base_val.successful_seeds
         results.base_critical_phase_median_steps = base_val.critical_phase_median_steps
-        for segment in segments:
-            actor = load_actor(args.output_dir / "segments" / segment["weights"], dims,
-                               config.chunk_len, device)  # fmt: skip
-            result = evaluate_on_seeds(envs, val, actor.act, actor.ready,
-                                       f"actor at {segment['env_steps']} env steps")  # fmt: skip
-            point = result.point(segment["env_steps"], segment["updates"],
-                                 segment["wall_time_s"], actor_ready=actor.ready)  # fmt: skip
-            results.add_eval(point)
-            print(f"{segment['env_steps']} env steps: {point.success_rate:.2f} "
-                  f"(base {base_val.success_rate:.2f})", flush=True)  # fmt: skip
+        order = [segments[-1]]
         if args.test_seeds[1] > 0:
-            test = range(args.test_seeds[0], args.test_seeds[0] + args.test_seeds[1])
-            base_test = base(test, "base, test seeds")
-            actor_test = evaluate_on_seeds(envs, test, actor.act, actor.ready, "actor, test seeds")
-            results.test = TestEvaluation(
-                seeds=list(test),
-                base_success_rate=base_test.success_rate,
-                base_success_ci95=wilson_interval(len(base_test.successful_seeds), len(test)),
-                base_successful_seeds=base_test.successful_seeds,
-                base_critical_phase_median_steps=base_test.critical_phase_median_steps,
-                success_rate=actor_test.success_rate,
-                success_ci95=wilson_interval(len(actor_test.successful_seeds), len(test)),
-                successful_seeds=actor_test.successful_seeds,
-                critical_phase_median_steps=actor_test.critical_phase_median_steps,
-                actor_ready=actor.ready,
-            )
+            order.append("test")
+        for step in order + segments[-2::-1]:
+            if step == "test":
+                results.test = evaluate_test(args, envs, base, actor_of(segments[-1]))
+            else:
+                actor = actor_of(step)
+                label = f"actor at {step['env_steps']} env steps"
+                result = evaluate_on_seeds(envs, val, actor.act, actor.ready, label)
+                counts = (step["env_steps"], step["updates"], step["wall_time_s"])
+                results.add_eval(result.point(*counts, actor_ready=actor.ready))
+                results.evals.sort(key=lambda point: point.env_steps)
+                print(f"{label}: {result.success_rate:.2f} (base {base_val.success_rate:.2f})")
+            results.save(args.output_dir / "results.json")
+            results.plot(args.output_dir / "success_curve.png",
+                         title="One-env robot loop (sim stand-in), robot-hour learner")  # fmt: skip
     finally:
         envs.close()
-    final = segments[-1]
-    results.env_steps, results.updates = final["env_steps"], final["updates"]
-    results.transitions, results.wall_time_s = final["transitions"], final["wall_time_s"]
-    results.intervention_env_steps = final["intervention_env_steps"]
-    results.stop_reason = "total_env_steps"
-    results.args = dataclasses.asdict(args) | {"robot_hour_flags": robot_hour_flags()}
-    results.save(args.output_dir / "results.json")
-    results.plot(args.output_dir / "success_curve.png",
-                 title="One-env robot loop (sim stand-in), robot-hour learner")  # fmt: skip
     return results
+
+
+def evaluate_test(
+    args: Args, envs: Any, base: Callable[[range, str], EvalResult], actor: TrainedActor
+) -> TestEvaluation:
+    """The base and `actor` on the test seeds (nothing was chosen on them)."""
+    test = range(args.test_seeds[0], args.test_seeds[0] + args.test_seeds[1])
+    base_test = base(test, "base, test seeds")
+    actor_test = evaluate_on_seeds(envs, test, actor.act, actor.ready, "actor, test seeds")
+    print(f"test seeds: actor {actor_test.success_rate:.3f}, base {base_test.success_rate:.3f}")
+    return TestEvaluation(
+        seeds=list(test),
+        base_success_rate=base_test.success_rate,
+        base_success_ci95=wilson_interval(len(base_test.successful_seeds), len(test)),
+        base_successful_seeds=base_test.successful_seeds,
+        base_critical_phase_median_steps=base_test.critical_phase_median_steps,
+        success_rate=actor_test.success_rate,
+        success_ci95=wilson_interval(len(actor_test.successful_seeds), len(test)),
+        successful_seeds=actor_test.successful_seeds,
+        critical_phase_median_steps=actor_test.critical_phase_median_steps,
+        actor_ready=actor.ready,
+    )
 
 
 def main(args: Args) -> None:

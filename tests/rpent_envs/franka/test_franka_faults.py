@@ -146,20 +146,34 @@ def sim_env(sim):
 def test_sim_a_nan_target_is_refused_and_the_arm_stops_short_of_its_target(fault_sim):
     env = sim_env(fault_sim)
     env.reset(seed=0)
-    for action in back_and_forth(2):
-        env.step(action)  # a motion towards a target 2 cm away is in progress
     backend = env.unwrapped.backend
-    target = Pose([np.nan, 0.0, 0.5], backend.read_state().tcp_pose.quat_xyzw)
+    start = backend.read_state().tcp_pose
+    far = Pose(start.position_m + [0.1, 0.0, 0.0], start.quat_xyzw)
+    backend.move_to(far, dynamics_factor=0.05)  # a slow motion, 10 cm long
+    wait_until_moved(backend, start.position_m)  # is in progress
+    target = Pose([np.nan, 0.0, 0.5], start.quat_xyzw)
     with pytest.raises(FrankaCommandError, match=f"{fault_sim.host}.*commanded to stop"):
         backend.move_to(target, dynamics_factor=0.3)
     stopped_m = backend.read_state().tcp_pose.position_m
     time.sleep(0.3)
     np.testing.assert_allclose(backend.read_state().tcp_pose.position_m, stopped_m, atol=STILL_M)
-    assert np.abs(stopped_m - env.unwrapped.commanded_pose.position_m).max() > STILL_M
+    assert np.linalg.norm(far.position_m - stopped_m) > 0.05  # stopped, far short of it
     *_, info = env.step(back_and_forth(1)[0])  # the stop left no error behind
     assert info["control_error"] is None
     env.close()
     assert_still(fault_sim.host)
+
+
+def wait_until_moved(backend, start_m, timeout_s=30.0):
+    """Return once the arm is more than `STILL_M` from `start_m` (franky-sim may run slower
+    than real time: poll, never assume how far it got)."""
+    deadline_s = time.monotonic() + timeout_s
+    while time.monotonic() < deadline_s:
+        position_m = backend.read_state().tcp_pose.position_m
+        if np.linalg.norm(position_m - start_m) > STILL_M:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the arm did not move within {timeout_s} s")
 
 
 def test_sim_a_reflex_mid_chunk_ends_the_chunk_and_leaves_the_arm_still(fault_sim):
