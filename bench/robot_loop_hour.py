@@ -44,9 +44,9 @@ from rpent_agents.rollout.rlt_stack import PegRLTConfig
 from rpent_agents.rollout.vector import make_rlt_vector_env
 from rpent_agents.stage2.checkpoint import TrainedActor, actor_gate, load_actor
 from rpent_agents.stage2.config import Stage2Config
-from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
+from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds, evaluation_on_test_seeds
 from rpent_agents.stage2.networks import RLTDims
-from rpent_agents.stage2.results import LearningResults, TestEvaluation, wilson_interval
+from rpent_agents.stage2.results import LearningResults, TestEvaluation
 
 COMMAND = [sys.executable, "-m", "rpent_agents.robot.train", "sim-stand-in"]
 SEGMENTS_FILE = "segments.json"
@@ -205,18 +205,7 @@ def evaluate_test(
     base_test = base(test, "base, test seeds")
     actor_test = evaluate_on_seeds(envs, test, actor.act, actor.ready, "actor, test seeds")
     print(f"test seeds: actor {actor_test.success_rate:.3f}, base {base_test.success_rate:.3f}")
-    return TestEvaluation(
-        seeds=list(test),
-        base_success_rate=base_test.success_rate,
-        base_success_ci95=wilson_interval(len(base_test.successful_seeds), len(test)),
-        base_successful_seeds=base_test.successful_seeds,
-        base_critical_phase_median_steps=base_test.critical_phase_median_steps,
-        success_rate=actor_test.success_rate,
-        success_ci95=wilson_interval(len(actor_test.successful_seeds), len(test)),
-        successful_seeds=actor_test.successful_seeds,
-        critical_phase_median_steps=actor_test.critical_phase_median_steps,
-        actor_ready=actor.ready,
-    )
+    return evaluation_on_test_seeds(test, base_test, actor_test, actor.ready)
 
 
 def main(args: Args) -> None:

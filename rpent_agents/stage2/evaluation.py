@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from rpent_agents.rollout.vector import FeaturizedVectorEnv, discarded_envs, reset_envs
 from rpent_agents.rollout.worker import MAX_SEED, NO_RESET_SEED, WorkerMode
-from rpent_agents.stage2.results import EvalPoint
+from rpent_agents.stage2.results import EvalPoint, TestEvaluation, wilson_interval
 from rpent_agents.stage2.rollout_stats import EpisodeStats
 from rpent_agents.stage2.transitions import info_of_env
 
@@ -109,6 +109,24 @@ class EvalResult:
             median_success_len=self.median_success_len,
             critical_phase_median_steps=self.critical_phase_median_steps,
         )
+
+
+def evaluation_on_test_seeds(
+    seeds: Sequence[int], base: EvalResult, actor: EvalResult, actor_ready: bool
+) -> TestEvaluation:
+    """The base's and the actor's evaluations on the test `seeds`, with Wilson intervals."""
+    return TestEvaluation(
+        seeds=list(seeds),
+        base_success_rate=base.success_rate,
+        base_success_ci95=wilson_interval(len(base.successful_seeds), len(seeds)),
+        base_successful_seeds=base.successful_seeds,
+        base_critical_phase_median_steps=base.critical_phase_median_steps,
+        success_rate=actor.success_rate,
+        success_ci95=wilson_interval(len(actor.successful_seeds), len(seeds)),
+        successful_seeds=actor.successful_seeds,
+        critical_phase_median_steps=actor.critical_phase_median_steps,
+        actor_ready=actor_ready,
+    )
 
 
 def evaluate_on_seeds(

@@ -16,9 +16,9 @@ import logging
 from collections.abc import Sequence
 
 from rpent_agents.rollout.vector import FeaturizedVectorEnv
-from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds
+from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds, evaluation_on_test_seeds
 from rpent_agents.stage2.learner import Stage2Learner
-from rpent_agents.stage2.results import EvalPoint, LearningResults, TestEvaluation, wilson_interval
+from rpent_agents.stage2.results import EvalPoint, LearningResults, TestEvaluation
 from rpent_agents.stage2.scalar_log import ScalarLog
 
 logger = logging.getLogger(__name__)
@@ -85,18 +85,7 @@ class RunEvaluations:
         base = self.evaluate(seeds, False, "test base policy")
         ready = self.learner.ready_for_online
         actor = self.evaluate(seeds, ready, "test actor")
-        test = TestEvaluation(
-            seeds=list(seeds),
-            base_success_rate=base.success_rate,
-            base_success_ci95=wilson_interval(len(base.successful_seeds), len(seeds)),
-            base_successful_seeds=base.successful_seeds,
-            base_critical_phase_median_steps=base.critical_phase_median_steps,
-            success_rate=actor.success_rate,
-            success_ci95=wilson_interval(len(actor.successful_seeds), len(seeds)),
-            successful_seeds=actor.successful_seeds,
-            critical_phase_median_steps=actor.critical_phase_median_steps,
-            actor_ready=ready,
-        )
+        test = evaluation_on_test_seeds(seeds, base, actor, ready)
         self.results.test = test
         scalars = {"test/success_once": test.success_rate, "test/base_success_once":
                    test.base_success_rate}  # fmt: skip
