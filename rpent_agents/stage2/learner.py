@@ -12,11 +12,13 @@ training loop reads them after the workers' chunks, so the CPU waits for the wor
 GPU runs the updates). A train step draws its batches `BATCHES_PER_DRAW` at once. On a CUDA
 device each update is replayed as a captured CUDA graph (`Stage2Config.cuda_graphs`): one graph
 per update kind (with or without the actor step and the target update), fed through a static
-batch and static loss weights. With `Stage2Config.update_stream` the updates are queued on a
-CUDA stream of their own, so the process's other GPU work (featurizing the workers'
-observations) need not queue behind them (within `ahead_of_updates` that work also runs at a
-higher stream priority); every method that reads or writes what the updates use (acting,
-storing, scalars, saving) first makes the current stream wait for them (`wait_for_updates`).
+batch and static loss weights, captured in a thread that ran the kind eagerly before (a
+thread's first matrix product creates its cuBLAS handle, which a capture cannot). With
+`Stage2Config.update_stream` the updates are queued on a CUDA stream of their own, so the
+process's other GPU work (featurizing the workers' observations) need not queue behind them
+(within `ahead_of_updates` that work also runs at a higher stream priority); every method that
+reads or writes what the updates use (acting, storing, scalars, saving) first makes the current
+stream wait for them (`wait_for_updates`).
 With `Stage2Config.act_during_updates` training acts on copies of the actor and critic taken
 before each train step's updates, and stored transitions are written on the update stream
 after them, so the training loop's acting and storing wait for no update.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
@@ -143,6 +146,8 @@ class Stage2Learner(Stage2Algorithm):
         self.schedule = UpdateSchedule(config)
         self.update_step = 0
         self.captured_updates: dict[UpdateKind, CapturedUpdate] = {}
+        # (thread ident, kind) of the update kinds each thread has run eagerly.
+        self.eager_in_thread: set[tuple[int, UpdateKind]] = set()
         self.static_batch: RLTBatch | None = None
         # (bc_weight, q_weight) of the update being replayed, read by the captured actor step.
         self.static_loss_weights = torch.zeros(2, device=self.device)
@@ -357,16 +362,25 @@ class Stage2Learner(Stage2Algorithm):
         """
         kind = UpdateKind.at(self.update_step, self.config)
         loss_weights = actor_loss_weights(self.update_step, self.config)
-        if self.use_cuda_graphs and self._optimizers_have_state():
+        if self._graph_ready(kind):
             scalars = self._replay_update(kind, batch, loss_weights)
         else:
             scalars = self.update_networks(kind, batch, loss_weights)
+            self.eager_in_thread.add((threading.get_ident(), kind))
         self.update_step += 1
         return scalars
 
-    def _optimizers_have_state(self) -> bool:
-        """Whether both Adams have stepped once (they allocate their state at the first step)."""
-        return bool(self.actor_optimizer.state) and bool(self.critic_optimizer.state)
+    def _graph_ready(self, kind: UpdateKind) -> bool:
+        """Whether `kind` replays its CUDA graph (capturing it first where it is not yet).
+
+        Capturing needs both Adams' state (allocated at their first step) and an eager `kind`
+        in this thread (a resumed run's Adams have state at once; the robot learner updates in
+        a thread of its own).
+        """
+        if not self.use_cuda_graphs or kind in self.captured_updates:
+            return self.use_cuda_graphs
+        adams_have_state = bool(self.actor_optimizer.state and self.critic_optimizer.state)
+        return adams_have_state and (threading.get_ident(), kind) in self.eager_in_thread
 
     def _replay_update(
         self, kind: UpdateKind, batch: RLTBatch, loss_weights: tuple[float, float]

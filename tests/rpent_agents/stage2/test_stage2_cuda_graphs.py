@@ -4,6 +4,8 @@ These need a CUDA device, which CI never has; they run on the GPU machine
 (`python -m pytest tests/rpent_agents/stage2/test_stage2_cuda_graphs.py`).
 """
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -67,6 +69,31 @@ def test_graphed_run_resumes_and_continues_like_an_uninterrupted_one(tmp_path):
         for optimizer in (resumed.actor_optimizer, resumed.critic_optimizer)
         for group in optimizer.param_groups
     )
+    assert_same_learning(uninterrupted, resumed)
+
+
+def test_a_resumed_run_updates_in_a_thread_that_never_updated_before(tmp_path):
+    # The robot learner's case: a fresh process resumes (its Adams have state at once) and
+    # updates in a thread of its own, whose first matrix product creates a cuBLAS handle.
+    uninterrupted = filled_learner(cuda_graphs=True)
+    uninterrupted.run_updates(10)
+    save_run(uninterrupted, tmp_path / "run")
+    uninterrupted.run_updates(10)
+    resumed, _ = resume_run(tmp_path / "run", device="cuda")
+    outcome = []
+
+    def update_in_a_new_thread():
+        try:
+            outcome.append(resumed.run_updates(10))
+        except Exception as error:  # a failed capture, raised in the thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=update_in_a_new_thread)
+    thread.start()
+    thread.join()
+
+    assert isinstance(outcome[0], dict), outcome[0]
+    assert resumed.update_step == 20 and resumed.captured_updates
     assert_same_learning(uninterrupted, resumed)
 
 
