@@ -9,7 +9,8 @@ carry on), and each segment's weights.pt is kept. A second run of the bench goes
 segments it finds. Then the evaluations, with the vector env `rpent-eval-rlt` uses and the gate
 saved with the actor, no expert: the base once and each segment's actor on the validation
 seeds 0..99, then the base and the last actor on the test seeds 50000..50255, which nothing was
-chosen on.
+chosen on. The base's evaluations do not depend on the run: --base-file keeps them for
+every run of one bench with the same env kwargs (--phase base evaluates only them).
 
 Writes <output-dir>/results.json (`LearningResults`: the keys `rpent-stage2` writes, among them
 `base_success_rate`, `final_success_rate`, `final_success_ci95`, `test_seeds`, `env_steps`,
@@ -30,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -40,13 +40,13 @@ import tyro
 
 from rpent_agents.common.devices import resolve_device
 from rpent_agents.robot.config import PRESETS
-from rpent_agents.rollout.rlt_stack import PegRLTConfig
+from rpent_agents.rollout.rlt_stack import GATE_FIELDS, PegRLTConfig
 from rpent_agents.rollout.vector import make_rlt_vector_env
 from rpent_agents.stage2.checkpoint import TrainedActor, actor_gate, load_actor
 from rpent_agents.stage2.config import Stage2Config
 from rpent_agents.stage2.evaluation import EvalResult, evaluate_on_seeds, evaluation_on_test_seeds
 from rpent_agents.stage2.networks import RLTDims
-from rpent_agents.stage2.results import LearningResults, TestEvaluation
+from rpent_agents.stage2.results import LearningResults
 
 COMMAND = [sys.executable, "-m", "rpent_agents.robot.train", "sim-stand-in"]
 SEGMENTS_FILE = "segments.json"
@@ -56,7 +56,8 @@ SEGMENTS_FILE = "segments.json"
 class Args:
     output_dir: Path = Path("runs/loop_hour")
     """Folder of the bench: loop/ (the command's run), segments/, results.json."""
-    phase: Literal["all", "train", "evaluate"] = "all"
+    phase: Literal["all", "train", "evaluate", "base"] = "all"
+    """train, evaluate (both: all), or base: the base's evaluations alone, into --base-file."""
     total_env_steps: int = 30_000
     segment_env_steps: int = 5_000
     """Env steps between two kept weights (the curve's spacing)."""
@@ -68,6 +69,9 @@ class Args:
     """gym.make kwargs of the training env and of the evaluation's, JSON (devices, rendering)."""
     no_expert: bool = False
     """Train without the scripted expert's takeovers."""
+    final_updates: int = 0
+    """Updates after the run's last episode, at no robot time (the last segment's
+    --final-updates; 0: none)."""
     command_args: str = ""
     """More flags for the command, after the bench's, as one string."""
     val_seeds: tuple[int, int] = (0, 100)
@@ -76,6 +80,9 @@ class Args:
     """First test seed and how many (0: no test evaluation)."""
     num_envs: int = 2
     """Evaluation workers."""
+    base_file: Path | None = None
+    """JSON of the base's evaluations (validation and test seeds): read when it exists, else
+    evaluated and written there (None: evaluated, not kept)."""
 
 
 def robot_hour_flags() -> list[str]:
@@ -121,6 +128,8 @@ def train(args: Args) -> None:
         ]  # fmt: skip
         if (loop_dir / "run").exists():
             command.append("--resume")
+        if target == args.total_env_steps and args.final_updates > 0:
+            command += ["--final-updates", str(args.final_updates)]
         print(" ".join(command), flush=True)
         started_s = time.monotonic()
         subprocess.run(command, check=True)
@@ -137,6 +146,87 @@ def train(args: Args) -> None:
         target += args.segment_env_steps
 
 
+def seed_range(first_and_count: tuple[int, int]) -> range:
+    """The seeds of a (first seed, how many) pair."""
+    return range(first_and_count[0], first_and_count[0] + first_and_count[1])
+
+
+def evaluation_config(args: Args, weights: Path | None) -> PegRLTConfig:
+    """The evaluation's peg stack: --env-kwargs and the gate saved with `weights`.
+
+    None: the gate a run of the bench saves (the preset's and --env-kwargs' gate fields).
+    """
+    if weights is None:
+        run_args = dataclasses.replace(PRESETS["sim-stand-in"][1], env_kwargs=args.env_kwargs)
+        gate = run_args.gate_settings()
+    else:
+        gate = actor_gate(weights)
+    return PegRLTConfig.sample_efficient(**env_kwargs(args)).with_gate_settings(gate)
+
+
+def base_evaluations(
+    args: Args, envs: Any, config: PegRLTConfig
+) -> tuple[EvalResult, EvalResult | None]:
+    """The base on the validation seeds and on the test seeds (None: no test seeds).
+
+    Read from --base-file when it holds them for the same seeds, env kwargs and gate, else
+    evaluated (and written there).
+
+    Raises:
+        SystemExit: When --base-file holds the base of other seeds, env kwargs or a gate.
+    """
+    setting = {
+        "val_seeds": list(args.val_seeds), "test_seeds": list(args.test_seeds),
+        "env_kwargs": json.loads(args.env_kwargs),
+        "gate": {name: getattr(config, name) for name in GATE_FIELDS},
+    }  # fmt: skip
+    if args.base_file is not None and args.base_file.exists():
+        saved = json.loads(args.base_file.read_text())
+        if {key: saved.get(key) for key in setting} != setting:
+            raise SystemExit(
+                f"--base-file {args.base_file} holds the base of {saved.get('val_seeds')}, "
+                f"{saved.get('test_seeds')}, env kwargs {saved.get('env_kwargs')} and gate "
+                f"{saved.get('gate')}, not of this bench's {setting}: give another --base-file"
+            )
+        test = saved["test"] and eval_result_from_json(saved["test"])
+        return eval_result_from_json(saved["validation"]), test
+    zeros = np.zeros((envs.num_envs, envs.single_action_space.shape[0]), np.float32)
+    val = evaluate_on_seeds(
+        envs, seed_range(args.val_seeds), lambda obs: zeros, False, "base, validation seeds"
+    )
+    test = None
+    if args.test_seeds[1] > 0:
+        test_seeds = seed_range(args.test_seeds)
+        test = evaluate_on_seeds(envs, test_seeds, lambda obs: zeros, False, "base, test seeds")
+    if args.base_file is not None:
+        saved = setting | {"validation": dataclasses.asdict(val)}
+        saved["test"] = test and dataclasses.asdict(test)
+        args.base_file.parent.mkdir(parents=True, exist_ok=True)
+        partial = args.base_file.with_suffix(".partial")
+        partial.write_text(json.dumps(saved, indent=1))
+        partial.replace(args.base_file)
+    return val, test
+
+
+def eval_result_from_json(saved: dict[str, Any]) -> EvalResult:
+    """An `EvalResult` from its `dataclasses.asdict` JSON (whose seed keys became strings)."""
+    by_seed = ("success_by_seed", "length_by_seed", "critical_steps_by_seed")
+    keyed = {name: {int(seed): value for seed, value in saved[name].items()} for name in by_seed}
+    return EvalResult(**saved | keyed)
+
+
+def evaluate_base(args: Args) -> None:
+    """The base's evaluations alone, into --base-file (runs of the bench then read them)."""
+    if args.base_file is None:
+        raise SystemExit("--phase base writes the base's evaluations to --base-file: give it")
+    config = evaluation_config(args, None)
+    envs = make_rlt_vector_env(config, args.num_envs)
+    try:
+        base_evaluations(args, envs, config)
+    finally:
+        envs.close()
+
+
 def evaluate(args: Args) -> LearningResults:
     """The base and the segments' actors on the validation seeds, the last on the test seeds.
 
@@ -147,9 +237,8 @@ def evaluate(args: Args) -> LearningResults:
     segments = read_segments(args.output_dir)
     if not segments:
         raise SystemExit(f"no trained segments in {args.output_dir}: run --phase train first")
-    last = args.output_dir / "segments" / segments[-1]["weights"]
-    config = PegRLTConfig.sample_efficient(**env_kwargs(args)).with_gate_settings(actor_gate(last))
-    val = range(args.val_seeds[0], args.val_seeds[0] + args.val_seeds[1])
+    config = evaluation_config(args, args.output_dir / "segments" / segments[-1]["weights"])
+    val = seed_range(args.val_seeds)
     results = LearningResults(eval_seeds=list(val), train_seed=args.train_seed)
     final = segments[-1]
     results.env_steps, results.updates = final["env_steps"], final["updates"]
@@ -159,28 +248,26 @@ def evaluate(args: Args) -> LearningResults:
     results.args = dataclasses.asdict(args) | {"robot_hour_flags": robot_hour_flags()}
     envs = make_rlt_vector_env(config, args.num_envs)
     try:
-        flat = envs.single_action_space.shape[0]
         dims = RLTDims.from_observation_space(envs.single_observation_space)
         device = resolve_device(config.feature_device)
-
-        def base(seeds: range, label: str) -> EvalResult:
-            zeros = np.zeros((envs.num_envs, flat), np.float32)
-            return evaluate_on_seeds(envs, seeds, lambda obs: zeros, False, label)
 
         def actor_of(segment: dict[str, Any]) -> TrainedActor:
             weights = args.output_dir / "segments" / segment["weights"]
             return load_actor(weights, dims, config.chunk_len, device)
 
-        base_val = base(val, "base, validation seeds")
+        base_val, base_test = base_evaluations(args, envs, config)
         results.base_success_rate = base_val.success_rate
         results.base_successful_seeds = base_val.successful_seeds
         results.base_critical_phase_median_steps = base_val.critical_phase_median_steps
-        order = [segments[-1]]
-        if args.test_seeds[1] > 0:
-            order.append("test")
-        for step in order + segments[-2::-1]:
+        order = [segments[-1], *(["test"] if base_test else []), *segments[-2::-1]]
+        for step in order:
             if step == "test":
-                results.test = evaluate_test(args, envs, base, actor_of(segments[-1]))
+                test, actor = seed_range(args.test_seeds), actor_of(segments[-1])
+                label = "actor, test seeds"
+                actor_test = evaluate_on_seeds(envs, test, actor.act, actor.ready, label)
+                results.test = evaluation_on_test_seeds(test, base_test, actor_test, actor.ready)
+                print(f"test seeds: actor {actor_test.success_rate:.3f}, "
+                      f"base {base_test.success_rate:.3f}")  # fmt: skip
             else:
                 actor = actor_of(step)
                 label = f"actor at {step['env_steps']} env steps"
@@ -197,20 +284,11 @@ def evaluate(args: Args) -> LearningResults:
     return results
 
 
-def evaluate_test(
-    args: Args, envs: Any, base: Callable[[range, str], EvalResult], actor: TrainedActor
-) -> TestEvaluation:
-    """The base and `actor` on the test seeds (nothing was chosen on them)."""
-    test = range(args.test_seeds[0], args.test_seeds[0] + args.test_seeds[1])
-    base_test = base(test, "base, test seeds")
-    actor_test = evaluate_on_seeds(envs, test, actor.act, actor.ready, "actor, test seeds")
-    print(f"test seeds: actor {actor_test.success_rate:.3f}, base {base_test.success_rate:.3f}")
-    return evaluation_on_test_seeds(test, base_test, actor_test, actor.ready)
-
-
 def main(args: Args) -> None:
     if args.phase in ("all", "train"):
         train(args)
+    if args.phase == "base":
+        evaluate_base(args)
     if args.phase in ("all", "evaluate"):
         results = evaluate(args)
         print(json.dumps({key: value for key, value in results.to_dict().items()
