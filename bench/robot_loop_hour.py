@@ -69,6 +69,9 @@ class Args:
     """gym.make kwargs of the training env and of the evaluation's, JSON (devices, rendering)."""
     no_expert: bool = False
     """Train without the scripted expert's takeovers."""
+    learner_catches_up: bool = True
+    """The command's --learner-catches-up: the learner keeps its update schedule whatever the
+    machine (False: it runs what it can beside the loop, as run A of bench/RESULTS.md)."""
     final_updates: int = 0
     """Updates after the run's last episode, at no robot time (the last segment's
     --final-updates; 0: none)."""
@@ -128,6 +131,8 @@ def train(args: Args) -> None:
         ]  # fmt: skip
         if (loop_dir / "run").exists():
             command.append("--resume")
+        if args.learner_catches_up:
+            command.append("--learner-catches-up")
         if target == args.total_env_steps and args.final_updates > 0:
             command += ["--final-updates", str(args.final_updates)]
         print(" ".join(command), flush=True)

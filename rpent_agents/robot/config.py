@@ -83,6 +83,11 @@ class RobotTrainArgs:
     final_updates: int = 0
     """Updates the learner runs after the run's last episode, before its last save, whatever
     its schedule owes: training on the whole replay that costs no robot time (0: none)."""
+    learner_catches_up: bool = False
+    """Before each episode, wait until the learner has run every update its schedule owes and
+    its weights are loaded: a reset as long as the learner needs (a GPU learner keeps up with a
+    10 Hz arm; the sim stand-in runs faster than an arm, and a CPU learner is slower than a
+    GPU's, so with this a stand-in run learns as it would at a robot's pace)."""
     stage2: Stage2Config = field(default_factory=Stage2Config)
     """Stage 2 hyperparameters (the learner's)."""
     learner: Literal["process", "ray"] = "process"

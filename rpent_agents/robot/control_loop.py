@@ -22,7 +22,9 @@ At an episode's end it counts the episode in the run's `RobotRunState` and sends
 learner (`end_episode`), which saves the run as one set: a kill at any moment loses at most
 the episode in progress. With the run's last episode it asks for `LoopPlan.final_updates` more
 updates before that save: the arm is done, so they cost no robot time. Between episodes it
-waits for the operator's reset key when asked; that wait is neither robot time nor env steps.
+waits for the operator's reset key when asked, and with `LoopPlan.learner_catches_up` for the
+learner to run every update its schedule owes (and for the weights after them); these waits
+are neither robot time nor env steps.
 
 Example:
     >>> loop = ControlLoop(env, link, LoopPlan(total_env_steps=2000, max_episodes=None,
@@ -76,6 +78,8 @@ class LoopPlan:
         wait_for_reset_key: Wait for the operator's reset key before each episode.
         final_updates: Updates the learner runs after the run's last episode, before its
             last save, whatever its schedule owes (0: none).
+        learner_catches_up: Before each episode, wait until the learner has saved the
+            episodes so far, owes no update and its latest weights are loaded here.
     """
 
     total_env_steps: int
@@ -84,6 +88,7 @@ class LoopPlan:
     config: Stage2Config
     wait_for_reset_key: bool = False
     final_updates: int = 0
+    learner_catches_up: bool = False
 
 
 @dataclass
@@ -147,6 +152,7 @@ class ControlLoop:
         self.learner_status = LearnerStatus()
         self.policy = LocalPolicy(link.acting_spec, "cpu")
         self.actor_ready = False
+        self.loaded_update_step = -1
         env.set_wrapper_attr("actor_ready", False)  # until the learner's weights say otherwise
         self.generator = torch.Generator().manual_seed(
             plan.first_seed + self.state.seeds_handed_out
@@ -169,6 +175,8 @@ class ControlLoop:
         """
         self.take_learner_news()
         while self.goes_on():
+            if self.plan.learner_catches_up:
+                self.wait_for_learner()
             if self.plan.wait_for_reset_key and self.console is not None:
                 self.wait_for_reset()
             self.run_episode()
@@ -267,11 +275,34 @@ class ControlLoop:
         if weights is None:
             return
         self.policy.load(weights)
+        self.loaded_update_step = weights.update_step
         if weights.actor_ready != self.actor_ready:
             self.actor_ready = weights.actor_ready
             self.env.set_wrapper_attr("actor_ready", self.actor_ready)
             if self.actor_ready:
                 logger.info("update %d: warm-up done, the actor may drive", weights.update_step)
+
+    def wait_for_learner(self) -> None:
+        """Wait for the learner (`LoopPlan.learner_catches_up`) to catch up.
+
+        Until it has saved the episodes so far, owes no update, and its weights after the last
+        update are loaded here.
+
+        Raises:
+            LearnerLostError: When the learner dies or stalls during the wait.
+        """
+        while True:
+            self.check_learner()
+            self.take_learner_news()
+            status = self.learner_status
+            if (
+                status.saved_episodes >= self.state.episodes
+                and status.updates_owed == 0
+                and self.loaded_update_step >= status.updates
+            ):
+                return
+            self.show(f"the learner catches up: {status.updates_owed} updates owed")
+            time.sleep(0.05)
 
     def wait_for_reset(self) -> None:
         """Wait for the operator's reset key, keeping the status and the learner's news fresh.

@@ -238,6 +238,7 @@ def start_loop(
     plan = LoopPlan(
         args.total_env_steps, args.max_episodes, args.seed, link.config,
         wait_for_reset_key=args.operator.wait_for_reset_key, final_updates=args.final_updates,
+        learner_catches_up=args.learner_catches_up,
     )  # fmt: skip
     records = EpisodeRecords(args.output_dir, log, periods)
     return ControlLoop(env, link, plan, console, status, records)

@@ -6,10 +6,11 @@ chunks are stored as interventions. A tiny Stage 1 checkpoint keeps the images a
 """
 
 import json
+import re
 
 import pytest
 from agent_helpers import tiny_checkpoint
-from robot_command_helpers import run_stand_in
+from robot_command_helpers import STATUS, run_stand_in
 
 from rpent_agents.stage2.checkpoint import resume_run
 
@@ -30,3 +31,25 @@ def test_the_stand_in_stores_the_experts_chunks_and_the_learner_updates(tmp_path
     assert learner.replay.storage["intervened"][: len(learner.replay)].any()
     assert extra["robot_run_state"]["episodes"] == 2
     assert (output_dir / "trajectories").is_dir()
+
+
+def test_with_the_learner_catching_up_each_episode_starts_once_every_owed_update_ran(tmp_path):
+    # 400 updates per stored transition: far more than a CPU learner runs while the loop
+    # drives an episode, so without the wait the second episode would start behind.
+    update_epoch = 400
+    checkpoint = tiny_checkpoint(tmp_path / "peg_checkpoint", 9, 8, 10)
+    result = run_stand_in(
+        tmp_path / "standin", checkpoint, 8, "--max-episodes", "3", "--learner-catches-up",
+        "--stage2.update-epoch", str(update_epoch), "--no-record-trajectories",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    first_chunk_status = {}
+    for line in re.split(r"[\r\n]", result.stdout + result.stderr):
+        match = STATUS.search(line)
+        if match is not None and match["activity"].startswith("driver"):
+            first_chunk_status.setdefault(int(match["episode"]), match)
+    assert sorted(first_chunk_status) == [1, 2, 3]
+    for episode in (2, 3):
+        status = first_chunk_status[episode]
+        owed = 10 + (int(status["replay"]) - 2) * update_epoch  # TINY_STAGE2's schedule
+        assert int(status["replay"]) > 2 and int(status["updates"]) >= owed, status.group(0)
