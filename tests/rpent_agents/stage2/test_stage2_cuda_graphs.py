@@ -54,46 +54,46 @@ def test_graphed_updates_learn_what_eager_updates_learn(overrides):
         assert_same_learning(eager, graphed)
 
 
-def test_graphed_run_resumes_and_continues_like_an_uninterrupted_one(tmp_path):
+def in_a_new_thread(function):
+    """`function()` run in a thread started for it; what it raised is raised here."""
+    outcome = []
+
+    def call():
+        try:
+            outcome.append(function())
+        except Exception as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join()
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    return outcome[0]
+
+
+# In a new thread: the robot learner's case, a fresh process that resumes (its Adams have
+# state at once) and updates in a thread of its own, whose first matrix product creates its
+# cuBLAS handle.
+@pytest.mark.parametrize("new_thread", [False, True], ids=["same-thread", "new-thread"])
+def test_graphed_run_resumes_and_continues_like_an_uninterrupted_one(tmp_path, new_thread):
     uninterrupted = filled_learner(cuda_graphs=True)
     uninterrupted.run_updates(10)
     save_run(uninterrupted, tmp_path / "run")
     uninterrupted.run_updates(10)
 
     resumed, _ = resume_run(tmp_path / "run", device="cuda")
-    resumed.run_updates(10)
+    if new_thread:
+        in_a_new_thread(lambda: resumed.run_updates(10))
+    else:
+        resumed.run_updates(10)
 
-    assert resumed.update_step == uninterrupted.update_step == 20
+    assert resumed.update_step == uninterrupted.update_step == 20 and resumed.captured_updates
     assert all(
         group["capturable"]
         for optimizer in (resumed.actor_optimizer, resumed.critic_optimizer)
         for group in optimizer.param_groups
     )
-    assert_same_learning(uninterrupted, resumed)
-
-
-def test_a_resumed_run_updates_in_a_thread_that_never_updated_before(tmp_path):
-    # The robot learner's case: a fresh process resumes (its Adams have state at once) and
-    # updates in a thread of its own, whose first matrix product creates a cuBLAS handle.
-    uninterrupted = filled_learner(cuda_graphs=True)
-    uninterrupted.run_updates(10)
-    save_run(uninterrupted, tmp_path / "run")
-    uninterrupted.run_updates(10)
-    resumed, _ = resume_run(tmp_path / "run", device="cuda")
-    outcome = []
-
-    def update_in_a_new_thread():
-        try:
-            outcome.append(resumed.run_updates(10))
-        except Exception as error:  # a failed capture, raised in the thread
-            outcome.append(error)
-
-    thread = threading.Thread(target=update_in_a_new_thread)
-    thread.start()
-    thread.join()
-
-    assert isinstance(outcome[0], dict), outcome[0]
-    assert resumed.update_step == 20 and resumed.captured_updates
     assert_same_learning(uninterrupted, resumed)
 
 
