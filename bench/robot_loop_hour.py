@@ -6,7 +6,9 @@ taking over stalls in place of the human) trains with the robot-hour learner
 --segment-env-steps: each segment is the same command with --resume and a larger
 --total-env-steps (the learner process starts again; replay, weights, optimizers and counters
 carry on), and each segment's weights.pt is kept. A second run of the bench goes on from the
-segments it finds. Then the evaluations, with the vector env `rpent-eval-rlt` uses and the gate
+segments it finds. The command runs with --learner-catches-up: each episode starts once the
+learner is on its update schedule, so a run learns as beside a GPU learner at a robot's pace,
+on any machine. Then the evaluations, with the vector env `rpent-eval-rlt` uses and the gate
 saved with the actor, no expert: the base once and each segment's actor on the validation
 seeds 0..99, then the base and the last actor on the test seeds 50000..50255, which nothing was
 chosen on. The base's evaluations do not depend on the run: --base-file keeps them for
