@@ -198,13 +198,12 @@ def base_evaluations(
         test = saved["test"] and eval_result_from_json(saved["test"])
         return eval_result_from_json(saved["validation"]), test
     zeros = np.zeros((envs.num_envs, envs.single_action_space.shape[0]), np.float32)
-    val = evaluate_on_seeds(
-        envs, seed_range(args.val_seeds), lambda obs: zeros, False, "base, validation seeds"
-    )
-    test = None
-    if args.test_seeds[1] > 0:
-        test_seeds = seed_range(args.test_seeds)
-        test = evaluate_on_seeds(envs, test_seeds, lambda obs: zeros, False, "base, test seeds")
+
+    def base(seeds: tuple[int, int], label: str) -> EvalResult:
+        return evaluate_on_seeds(envs, seed_range(seeds), lambda obs: zeros, False, label)
+
+    val = base(args.val_seeds, "base, validation seeds")
+    test = base(args.test_seeds, "base, test seeds") if args.test_seeds[1] > 0 else None
     if args.base_file is not None:
         saved = setting | {"validation": dataclasses.asdict(val)}
         saved["test"] = test and dataclasses.asdict(test)

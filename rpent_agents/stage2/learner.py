@@ -377,8 +377,10 @@ class Stage2Learner(Stage2Algorithm):
         in this thread (a resumed run's Adams have state at once; the robot learner updates in
         a thread of its own).
         """
-        if not self.use_cuda_graphs or kind in self.captured_updates:
-            return self.use_cuda_graphs
+        if not self.use_cuda_graphs:
+            return False
+        if kind in self.captured_updates:
+            return True
         adams_have_state = bool(self.actor_optimizer.state and self.critic_optimizer.state)
         return adams_have_state and (threading.get_ident(), kind) in self.eager_in_thread
 
