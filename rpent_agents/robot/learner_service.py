@@ -50,6 +50,7 @@ import torch
 from rpent_agents.robot.run_state import RobotRunState
 from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
+from rpent_agents.stage2.demo_replay import start_from_demos
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import Actor, RLTDims, TwinQCritic
 from rpent_agents.stage2.replay import RLTTransition
@@ -259,13 +260,16 @@ class LearnerService:
         device: str | None = None,
         gate: Mapping[str, Any] | None = None,
     ) -> LearnerService:
-        """A new learner for a new run, saved at once into `run_dir` (zero counters).
+        """A new learner for a new run, saved at once into `run_dir` (zero robot counters).
 
-        The first save makes `run_dir` a resumable run before the arm moves, and shows a
-        folder that cannot be written before any robot time is spent.
+        Its demonstrations, if the config names them, are preloaded and pretrained on first
+        (`stage2.demo_replay`: before the arm moves). The first save makes `run_dir` a
+        resumable run before the arm moves, and shows a folder that cannot be written before
+        any robot time is spent.
 
         Raises:
             FileExistsError: When `run_dir` holds a run already (nothing is overwritten).
+            FileNotFoundError, ValueError: For demonstrations that cannot be loaded.
         """
         if (Path(run_dir) / CONFIG_FILE).exists():
             raise FileExistsError(
@@ -274,6 +278,7 @@ class LearnerService:
             )
         service = cls(Stage2Learner(config, dims, device), run_dir, RobotRunState(), gate=gate)
         with service._lock:
+            service._latest_scalars = start_from_demos(service.learner)
             service._save(RobotRunState(), saved_episodes=0)
         return service
 

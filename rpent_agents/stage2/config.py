@@ -170,13 +170,25 @@ class Stage2Config:
     cost of acting with an actor one train step behind (the updates of that step). Evaluation
     and saving still wait for the updates. Off: acting waits for them."""
 
+    demo_transitions: Path | None = None
+    """Transitions file of Stage 1 demonstrations (`rpent-demo-transitions` makes one from
+    `rpent-collect --npz-cache`'s frames.npz) preloaded into a fresh run's replay before its
+    first episode, every step intervened (`stage2.demo_replay`); read where the learner runs.
+    None: the replay starts empty (reference)."""
+    demo_pretrain_updates: int = 0
+    """Updates (critic and actor, as every update) run on the preloaded demonstrations before
+    the first episode, counted against what the schedule owes: no robot or env time. Needs
+    demo_transitions; 0: none."""
+
     seed: int = 1234
     """Seed of network initialisation, sampling and noise."""
     device: str = "auto"
     """Torch device of the learner ("auto": cuda when available, else cpu)."""
 
     def __post_init__(self) -> None:
-        """Reject values the algorithm cannot run with."""
+        """Reject values the algorithm cannot run with; read a path given as a string (JSON)."""
+        if self.demo_transitions is not None:
+            self.demo_transitions = Path(self.demo_transitions)
         positive = ("chunk_len", "hidden_dim", "actor_layers", "critic_layers", "batch_size")
         for name in positive + ("critic_actor_ratio", "target_update_every", "replay_capacity"):
             if getattr(self, name) < 1:
@@ -226,6 +238,13 @@ class Stage2Config:
             )
         if self.sample_window < 1:
             raise ValueError(f"Stage2Config.sample_window must be >= 1, got {self.sample_window}")
+        if self.demo_pretrain_updates < 0 or (
+            self.demo_pretrain_updates > 0 and self.demo_transitions is None
+        ):
+            raise ValueError(
+                f"Stage2Config.demo_pretrain_updates={self.demo_pretrain_updates} needs "
+                "demo_transitions (a file of rpent-demo-transitions) and must be >= 0"
+            )
 
     @classmethod
     def sim(cls, **overrides: Any) -> Stage2Config:
@@ -302,7 +321,10 @@ class Stage2Config:
 
     def to_json(self, path: Path) -> None:
         """Write the config as JSON to `path`."""
-        path.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+        values = dataclasses.asdict(self)
+        if self.demo_transitions is not None:
+            values["demo_transitions"] = str(self.demo_transitions)
+        path.write_text(json.dumps(values, indent=2) + "\n")
 
     @classmethod
     def from_json(cls, path: Path) -> Stage2Config:

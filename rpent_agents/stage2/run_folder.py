@@ -19,6 +19,7 @@ from typing import Any
 from rpent_agents.common.atomic_save import complete_interrupted_save
 from rpent_agents.stage2.checkpoint import CONFIG_FILE, resume_run, save_run
 from rpent_agents.stage2.config import Stage2Config
+from rpent_agents.stage2.demo_replay import start_from_demos
 from rpent_agents.stage2.learner import Stage2Learner
 from rpent_agents.stage2.networks import RLTDims
 from rpent_agents.stage2.results import LearningResults
@@ -105,13 +106,18 @@ def saved_results_path(output_dir: Path) -> Path:
 def start_or_resume(
     args: Stage2TrainArgs, config: Stage2Config, dims: RLTDims
 ) -> tuple[Stage2Learner, RunState, LearningResults]:
-    """A fresh learner and results, or the ones saved in args.output_dir."""
+    """A fresh learner and results, or the ones saved in args.output_dir.
+
+    A fresh learner starts from its config's demonstrations (`demo_replay.start_from_demos`).
+    """
     eval_seeds = list(range(args.eval_seed, args.eval_seed + args.num_eval_episodes))
     if not args.resume:
         results = LearningResults(
             eval_seeds=eval_seeds, args=dataclasses.asdict(args), train_seed=args.train_seed
         )
-        return Stage2Learner(config, dims), RunState(), results
+        learner = Stage2Learner(config, dims)
+        start_from_demos(learner)
+        return learner, RunState(), results
     learner, extra = resume_run(args.output_dir / "run")
     results = LearningResults.load(saved_results_path(args.output_dir))
     if results.eval_seeds != eval_seeds:

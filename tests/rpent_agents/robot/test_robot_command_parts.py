@@ -2,10 +2,12 @@
 the reset tried again."""
 
 import dataclasses
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import tyro
 from agent_helpers import memory_franka_kwargs, tiny_checkpoint
 
 import rpent_envs
@@ -47,6 +49,18 @@ def test_the_presets_warm_up_before_the_actor_drives_and_update_4_times_per_tran
     real, stand_in = PRESETS["real-robot"][1], PRESETS["sim-stand-in"][1]
     assert real.env_id == rpent_envs.FRANKA_RLT_ID and real.operator.wait_for_reset_key
     assert stand_in.env_id == rpent_envs.PEG_RLT_ID and not stand_in.operator.uses_keys
+
+
+def test_the_demonstration_flags_reach_the_learner_and_are_off_in_the_presets():
+    assert all(
+        (args.stage2.demo_transitions, args.stage2.demo_pretrain_updates) == (None, 0)
+        for _, args in PRESETS.values()
+    )
+    flags = ["--stage2.demo-transitions", "demos.npz", "--stage2.demo-pretrain-updates", "500"]
+    args = tyro.extras.overridable_config_cli(PRESETS, args=["sim-stand-in", *flags])
+    assert args.stage2.demo_transitions == Path("demos.npz")
+    assert args.stage2.demo_pretrain_updates == 500
+    assert args.stage2.intervention_batch_share == 0.5  # the preset's learner otherwise
 
 
 def test_a_fresh_run_into_a_run_folder_and_a_resume_without_one_are_refused(tmp_path):

@@ -1,10 +1,14 @@
 """The robot run's learner in this process: updates as owed and no more, weights, saves, resume."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 from robot_learner_helpers import (
+    CHUNK_LEN,
     DIMS,
+    UPDATE_EPOCH,
     WARMUP_UPDATES,
     numbered_transition,
     owed_updates,
@@ -14,6 +18,7 @@ from robot_learner_helpers import (
 from rpent_agents.robot import LearnerService, LocalPolicy, RobotRunState
 from rpent_agents.stage2 import Stage2Config, Stage2Learner, act_chunks, save_run
 from rpent_agents.stage2.checkpoint import actor_gate
+from rpent_agents.stage2.demo_transitions import save_transitions
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +42,28 @@ def test_warmup_schedule_runs_what_it_owes_and_no_more(tmp_path):
         assert service.status().updates == owed_updates(count)
         assert service.status().actor_ready == (owed_updates(count) >= WARMUP_UPDATES)
     assert service.update_some(100) == 0
+
+
+def test_a_fresh_run_starts_from_its_demonstrations_before_the_first_episode(tmp_path):
+    demos = [
+        dataclasses.replace(numbered_transition(number), intervened=np.ones(CHUNK_LEN, bool))
+        for number in range(6)
+    ]
+    save_transitions(demos, DIMS, tmp_path / "demos.npz")
+    config = warmup_config(
+        demo_transitions=tmp_path / "demos.npz", demo_pretrain_updates=WARMUP_UPDATES
+    )
+    service = LearnerService.fresh(config, DIMS, tmp_path / "run")
+    status = service.status()
+    assert (status.replay_size, status.transitions, status.updates) == (6, 6, WARMUP_UPDATES)
+    assert status.actor_ready and service.weights().actor_ready and status.updates_owed == 0
+    assert "critic/critic_loss" in status.scalars
+    resumed = LearnerService.resume(tmp_path / "run")  # the first save holds them
+    assert (resumed.status().replay_size, resumed.status().updates) == (6, WARMUP_UPDATES)
+    service.add([numbered_transition(6)])  # the warm-up ran on the demonstrations
+    assert service.status().updates_owed == 0
+    service.add([numbered_transition(7)])
+    assert service.status().updates_owed == UPDATE_EPOCH
 
 
 def test_without_the_schedule_each_stored_transition_earns_an_update_epoch(tmp_path):

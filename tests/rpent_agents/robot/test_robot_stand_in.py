@@ -8,11 +8,16 @@ chunks are stored as interventions. A tiny Stage 1 checkpoint keeps the images a
 import json
 import re
 
+import numpy as np
 import pytest
 from agent_helpers import tiny_checkpoint
 from robot_command_helpers import STATUS, run_stand_in
 
+from rpent_agents.features.checkpoint import load_featurizer
+from rpent_agents.stage1.frame_cache import cache_from_episodes
+from rpent_agents.stage2 import RLTDims
 from rpent_agents.stage2.checkpoint import resume_run
+from rpent_agents.stage2.demo_transitions import demo_transitions, save_transitions
 
 pytestmark = [pytest.mark.sim, pytest.mark.subprocess, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -53,3 +58,35 @@ def test_with_the_learner_catching_up_each_episode_starts_once_every_owed_update
         status = first_chunk_status[episode]
         owed = 10 + (int(status["replay"]) - 2) * update_epoch  # TINY_STAGE2's schedule
         assert int(status["replay"]) > 2 and int(status["updates"]) >= owed, status.group(0)
+
+
+def write_demo_transitions(path, checkpoint, steps=25):
+    """One episode of random frames of the peg's sizes, converted with `checkpoint`."""
+    rng = np.random.default_rng(0)
+    frames = [
+        {"image": rng.integers(0, 256, (32, 32, 3), np.uint8),
+         "wrist_image": rng.integers(0, 256, (32, 32, 3), np.uint8),
+         "state": rng.uniform(-1, 1, 9).astype(np.float32),
+         "actions": rng.uniform(-1, 1, 8).astype(np.float32), "task": "insert the peg"}
+        for _ in range(steps)
+    ]  # fmt: skip
+    featurizer = load_featurizer(checkpoint)
+    transitions = demo_transitions(cache_from_episodes([frames]), featurizer, 10, "observed")
+    dims = RLTDims(featurizer.z_dim, 9, featurizer.chunk_len, 8)
+    save_transitions(transitions, dims, path)
+    return len(transitions)
+
+
+def test_the_stand_in_starts_from_demonstrations_with_the_actor_ready(tmp_path):
+    checkpoint = tiny_checkpoint(tmp_path / "peg_checkpoint", 9, 8, 10)
+    demos = write_demo_transitions(tmp_path / "demos.npz", checkpoint)
+    result = run_stand_in(
+        tmp_path / "standin", checkpoint, 4, "--max-episodes", "1", "--no-record-trajectories",
+        "--stage2.demo-transitions", str(tmp_path / "demos.npz"),
+        "--stage2.demo-pretrain-updates", "10",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    statuses = [STATUS.search(line) for line in re.split(r"[\r\n]", result.stdout + result.stderr)]
+    first = next(status for status in statuses if status is not None)
+    assert (first["env_steps"], first["updates"], first["replay"]) == ("0", "10", str(demos))
+    assert first["activity"] == "driver actor"  # the warm-up ran on the demonstrations

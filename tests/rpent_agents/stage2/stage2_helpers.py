@@ -3,6 +3,10 @@
 import numpy as np
 import torch
 
+from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
+from rpent_agents.features.norm import NormStats
+from rpent_agents.features.protocol import RLTFeaturizer
+from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from rpent_agents.stage2 import RLTDims, RLTTransition, Stage2Config, Stage2Learner
 
 DIMS = RLTDims(z_dim=4, proprio_dim=2, ref_chunk_len=3, action_dim=2)
@@ -98,3 +102,13 @@ def assert_same_learning(expected: Stage2Learner, learner: Stage2Learner) -> Non
         network_tensors(expected), network_tensors(learner), strict=True
     ):
         torch.testing.assert_close(tensor, expected_tensor, rtol=1e-4, atol=1e-5)
+
+
+def tiny_featurizer(state_dim: int = 9, action_dim: int = 8) -> RLTFeaturizer:
+    """An untrained built-in VLA and RL token of the peg's sizes, on 32-pixel images."""
+    vla = BuiltinVLA(
+        BuiltinVLAConfig(image_size=32, dim=32, num_heads=2, num_layers=1),
+        NormStats.identity(state_dim, action_dim),
+    )
+    token = RLToken(RLTokenConfig(dim=32, num_heads=2, num_encoder_layers=1, prefix_seq_len=128))
+    return RLTFeaturizer(vla, token)

@@ -3,12 +3,9 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+from stage2_helpers import tiny_featurizer
 
 import rpent_envs
-from rpent_agents.features.builtin import BuiltinVLA, BuiltinVLAConfig
-from rpent_agents.features.norm import NormStats
-from rpent_agents.features.protocol import RLTFeaturizer
-from rpent_agents.features.rl_token import RLToken, RLTokenConfig
 from rpent_agents.stage2 import (
     ChunkStats,
     RLTDims,
@@ -25,15 +22,6 @@ from wrappers.triggers import AutoGate
 pytestmark = pytest.mark.sim
 
 H, ACTION_DIM = 10, 8
-
-
-def tiny_featurizer():
-    vla = BuiltinVLA(
-        BuiltinVLAConfig(image_size=32, dim=32, num_heads=2, num_layers=1),
-        NormStats.identity(9, ACTION_DIM),
-    )
-    token = RLToken(RLTokenConfig(dim=32, num_heads=2, num_encoder_layers=1, prefix_seq_len=128))
-    return RLTFeaturizer(vla, token)
 
 
 def test_critical_phase_actor_and_expert_chunks_become_replay_transitions():
