@@ -101,6 +101,10 @@ class RobotTrainArgs:
     """Torch device of the learner ("auto": cuda where it runs when there is one, else cpu)."""
     learner_timeout_s: float = 30.0
     """No heartbeat from the learner for this long: it has stalled and the run stops."""
+    learner_start_timeout_s: float = 300.0
+    """Longest wait for the learner to start: importing torch, loading the run, and for a
+    fresh run its `--stage2.demo-pretrain-updates` (a CPU learner runs ~7 per second: raise
+    it for thousands)."""
     learner_nice: int = 10
     """Niceness the learner process adds to its own (--learner process): on cores it shares
     with the control loop (and the arm's driver), their work goes first; 0: the same

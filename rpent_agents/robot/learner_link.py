@@ -193,7 +193,8 @@ class ProcessLearnerLink:
             if kind == "error":
                 raise LearnerLinkError(f"the learner did not start: {payload}")
         raise LearnerLinkError(
-            f"the learner was not ready within {self.options.start_timeout_s:.0f} s"
+            f"the learner was not ready within {self.options.start_timeout_s:.0f} s; a learner "
+            "that pretrains on demonstrations needs longer: raise --learner-start-timeout-s"
         )
 
     def _receive(self) -> None:

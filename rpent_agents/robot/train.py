@@ -261,7 +261,10 @@ def start_env_and_learner(
         ValueError: When a resumed run's env gives observations of other sizes.
     """
     run_dir, device = args.output_dir / RUN_DIR, args.learner_device
-    options = LearnerLinkOptions(learner_timeout_s=args.learner_timeout_s, nice=args.learner_nice)
+    options = LearnerLinkOptions(
+        learner_timeout_s=args.learner_timeout_s, nice=args.learner_nice,
+        start_timeout_s=args.learner_start_timeout_s,
+    )  # fmt: skip
     if not args.resume:
         env = stack.enter_context(make_robot_env(args, args.stage2.chunk_len, console, periods))
         dims = RLTDims.from_observation_space(env.observation_space)

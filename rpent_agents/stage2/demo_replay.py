@@ -17,6 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from rpent_agents.common.finite_checks import first_non_finite_entry
 from rpent_agents.stage2.learner import Stage2Learner
@@ -24,6 +25,8 @@ from rpent_agents.stage2.networks import RLTDims
 from rpent_agents.stage2.replay import TRANSITION_FIELDS
 
 logger = logging.getLogger(__name__)
+PRETRAIN_ROUND = 100
+"""Pretraining updates between two moves of its progress bar."""
 MAKE_THEM = (
     "make it with `rpent-demo-transitions --cache demos/peg/frames.npz --output F.npz` "
     "(the run's checkpoint and chunk length)"
@@ -72,7 +75,7 @@ def start_from_demos(learner: Stage2Learner) -> dict[str, float]:
     Does nothing without `Stage2Config.demo_transitions`.
 
     Returns:
-        The pretraining updates' mean scalars (empty without them).
+        The mean scalars of the last round of pretraining updates (empty without them).
 
     Raises:
         FileNotFoundError, ValueError: As `check_demo_file`; ValueError also when the
@@ -88,7 +91,10 @@ def start_from_demos(learner: Stage2Learner) -> dict[str, float]:
     logger.info("preloaded %d demonstration transitions", min(count, learner.replay.capacity))
     if config.demo_pretrain_updates == 0:
         return {}
-    logger.info("pretraining on them: %d updates", config.demo_pretrain_updates)
-    scalars = learner.run_updates(config.demo_pretrain_updates)
-    learner.schedule.record_updates(config.demo_pretrain_updates)
+    total, scalars = config.demo_pretrain_updates, {}
+    with tqdm(total=total, desc="pretraining on demonstrations", unit="update") as progress:
+        for done in range(0, total, PRETRAIN_ROUND):
+            scalars = learner.run_updates(min(PRETRAIN_ROUND, total - done))
+            progress.update(min(PRETRAIN_ROUND, total - done))
+    learner.schedule.record_updates(total)
     return scalars

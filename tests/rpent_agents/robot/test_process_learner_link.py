@@ -125,6 +125,12 @@ def test_a_learner_that_cannot_start_raises_its_error(tmp_path):
         ProcessLearnerLink(LearnerSetup(tmp_path / "no_run", device="cpu"))
 
 
+def test_a_learner_slower_than_the_start_wait_names_the_flag_that_waits_longer(tmp_path):
+    # a spawned learner imports torch first: seconds, never 0.2 s
+    with pytest.raises(LearnerLinkError, match="raise --learner-start-timeout-s"):
+        fresh_link(tmp_path / "run", LearnerLinkOptions(start_timeout_s=0.2))
+
+
 def save_phase(run_dir):
     """Where a kill caught the save: "staged", "committed" or "between" saves."""
     if (run_dir / COMMIT_DIR).is_dir():
