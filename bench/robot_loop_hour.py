@@ -19,6 +19,8 @@ Writes <output-dir>/results.json (`LearningResults`: the keys `rpent-stage2` wri
 `intervention_env_steps`, `train_seed` and the critical phase) and success_curve.png; the
 command's own output under <output-dir>/loop/ and the segments' weights under segments/.
 
+--demo-transitions starts the run from the Stage 1 demonstrations (issue 52's first lever).
+
 Usage (CPU; --phase train or evaluate runs one half):
     .venv/bin/python bench/robot_loop_hour.py --output-dir runs/loop_hour_a --train-seed 100000
 On a GPU host: --learner-device cuda --num-envs 8
@@ -77,6 +79,12 @@ class Args:
     final_updates: int = 0
     """Updates after the run's last episode, at no robot time (the last segment's
     --final-updates; 0: none)."""
+    demo_transitions: Path | None = None
+    """Stage 1 demonstrations as transitions (`rpent-demo-transitions`), preloaded into the
+    run's replay before its first episode (the command's --stage2.demo-transitions)."""
+    demo_pretrain_updates: int = 0
+    """Updates on them before the first episode, at no robot time (a CPU learner needs
+    --learner-start-timeout-s in --command-args for thousands)."""
     command_args: str = ""
     """More flags for the command, after the bench's, as one string."""
     val_seeds: tuple[int, int] = (0, 100)
@@ -135,6 +143,9 @@ def train(args: Args) -> None:
             command.append("--resume")
         if args.learner_catches_up:
             command.append("--learner-catches-up")
+        if args.demo_transitions is not None:
+            command += ["--stage2.demo-transitions", str(args.demo_transitions)]
+            command += ["--stage2.demo-pretrain-updates", str(args.demo_pretrain_updates)]
         if target == args.total_env_steps and args.final_updates > 0:
             command += ["--final-updates", str(args.final_updates)]
         print(" ".join(command), flush=True)

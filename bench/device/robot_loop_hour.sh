@@ -13,6 +13,9 @@
 # without the expert); TOTAL_ENV_STEPS, SEGMENT_ENV_STEPS, VAL_SEEDS ("0 100"),
 # TEST_SEEDS ("50000 256"), NUM_ENVS (evaluation workers per run, 4) make it smaller;
 # EVALUATE=0 trains only (evaluate elsewhere: bench/robot_loop_hour.py --phase evaluate).
+# DEMOS=N first collects N expert demonstrations (seeds from 1000) and converts their last
+# DEMO_FINAL_CHUNKS (3) chunks into $OUT/demos.npz, for runs that name it, e.g.
+#   "ademo --train-seed 100000 --demo-transitions /tmp/job/demos.npz --demo-pretrain-updates 3000"
 # RPENT_DRY_RUN=1 runs it on this CPU machine (see gpu_env.sh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +29,15 @@ common=(
   --num-envs "${NUM_ENVS:-4}" --base-file "$out/base.json"
   --env-kwargs "{\"render_backend\": \"$RENDER\", \"feature_device\": \"$DEVICE\"}"
 )
+if [ "${DEMOS:-0}" -gt 0 ]; then
+  python3 -m rpent_agents.stage1.collect --output-dir "$out/demos" --num-episodes "$DEMOS" \
+    --seed 1000 --npz-cache --num-workers 8 --render-backend "$RENDER" 2>&1 | progress_free \
+    > "$out/demos.log" || exit 1
+  python3 -m rpent_agents.stage2.demo_transitions --cache "$out/demos/frames.npz" \
+    --output "$out/demos.npz" --reference-on-interventions observed \
+    --final-chunks "${DEMO_FINAL_CHUNKS:-3}" --device "$DEVICE" 2>&1 | progress_free \
+    >> "$out/demos.log" || exit 1
+fi
 evaluate="${EVALUATE:-1}"
 base_pid=""
 if [ "$evaluate" = 1 ]; then
